@@ -1,0 +1,70 @@
+# gpumutex - plain make. `make` builds, `make check` runs every test,
+# `make demo` shows it working. Outputs go to build/.
+
+CC      ?= cc
+PYTHON  ?= /usr/bin/python3
+CFLAGS  ?= -O2 -g
+WARN    := -std=c11 -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes \
+           -Wmissing-prototypes -Wno-missing-field-initializers
+ALL_CFLAGS = $(WARN) $(CFLAGS) -fPIC -fvisibility=hidden -Isrc/lease
+SAN_FLAGS := -O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer \
+             -fno-sanitize-recover=all
+
+B := build
+
+LEASE_SRC := $(wildcard src/lease/*.c)
+LEASE_HDR := $(wildcard src/lease/*.h)
+LEASE_OBJ := $(patsubst src/%.c,$(B)/obj/%.o,$(LEASE_SRC))
+LEASE_SAN := $(patsubst src/%.c,$(B)/san/%.o,$(LEASE_SRC))
+
+TEST_BINS := $(B)/tests/lease-unit $(B)/tests/lease-holder
+SAN_BINS  := $(B)/tests/lease-unit-san $(B)/tests/lease-holder-san
+
+.PHONY: all check check-unit check-san check-py clean lint demo bench
+all: $(B)/liblease.a $(TEST_BINS)
+
+$(B)/obj/%.o: src/%.c $(LEASE_HDR)
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) -c -o $@ $<
+
+$(B)/san/%.o: src/%.c $(LEASE_HDR)
+	@mkdir -p $(dir $@)
+	$(CC) $(WARN) $(SAN_FLAGS) -Isrc/lease -c -o $@ $<
+
+$(B)/liblease.a: $(LEASE_OBJ)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(B)/liblease-san.a: $(LEASE_SAN)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(B)/tests/%: tests/lease/%.c $(B)/liblease.a $(LEASE_HDR)
+	@mkdir -p $(dir $@)
+	$(CC) $(WARN) $(CFLAGS) -Isrc/lease -o $@ $< $(B)/liblease.a
+
+$(B)/tests/%-san: tests/lease/%.c $(B)/liblease-san.a $(LEASE_HDR)
+	@mkdir -p $(dir $@)
+	$(CC) $(WARN) $(SAN_FLAGS) -Isrc/lease -o $@ $< $(B)/liblease-san.a
+
+# Makefile fragments of the other modules (each defines its own targets).
+-include tests/fakecuda/module.mk
+
+check-unit: $(B)/tests/lease-unit
+	$(B)/tests/lease-unit
+
+check-san: $(SAN_BINS)
+	ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 $(B)/tests/lease-unit-san
+
+check-py: all $(SAN_BINS)
+	$(PYTHON) -m pytest -q tests
+
+check: check-unit check-san check-py
+
+lint:
+	cppcheck --quiet --error-exitcode=1 --enable=warning,portability \
+	  --std=c11 --inline-suppr -Isrc/lease src/lease tests/lease
+	shellcheck .ci/run
+
+clean:
+	rm -rf $(B)

@@ -1,0 +1,241 @@
+/*
+ * config.c - parse and validate gpumutex's configuration.
+ *
+ * Every message names the variable (or flag), quotes the value and says
+ * what is expected, because the reader is often an agent that has to fix
+ * its own command line from that one sentence.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "internal.h"
+
+int gm__fail(int rc, char *err, size_t errlen, const char *fmt, ...)
+{
+	if (err && errlen) {
+		va_list ap;
+		va_start(ap, fmt);
+		vsnprintf(err, errlen, fmt, ap);
+		va_end(ap);
+	}
+	return rc;
+}
+
+int gm_parse_devices(const char *name, const char *text, int *out, int *n,
+		     char *err, size_t errlen)
+{
+	const char *p = text;
+	int count = 0;
+	uint64_t seen = 0;
+
+	if (!text || !*text)
+		return gm__fail(-EINVAL, err, errlen,
+				"%s is empty; expected a comma-separated list of GPU indices such as \"0,1,2,3\"",
+				name);
+	for (;;) {
+		long v = 0;
+		int digits = 0;
+
+		while (*p >= '0' && *p <= '9') {
+			v = v * 10 + (*p - '0');
+			p++;
+			if (++digits > 3)
+				break;
+		}
+		if (digits == 0 || (*p != ',' && *p != '\0'))
+			return gm__fail(-EINVAL, err, errlen,
+					"%s=\"%s\" is not a list of GPU indices; expected comma-separated numbers from 0 to %d such as \"0,1,2,3\"",
+					name, text, GM_MAX_DEVICES - 1);
+		if (v >= GM_MAX_DEVICES)
+			return gm__fail(-EINVAL, err, errlen,
+					"%s=\"%s\" names GPU %ld; indices must be from 0 to %d",
+					name, text, v, GM_MAX_DEVICES - 1);
+		if (seen & (UINT64_C(1) << v))
+			return gm__fail(-EINVAL, err, errlen,
+					"%s=\"%s\" names GPU %ld twice; each index may appear once",
+					name, text, v);
+		seen |= UINT64_C(1) << v;
+		out[count++] = (int)v;
+		if (*p == '\0')
+			break;
+		p++; /* the comma; an empty entry fails on the next round */
+	}
+	*n = count;
+	return 0;
+}
+
+int gm_parse_want(const char *name, const char *text, int ndevices, int *out,
+		  char *err, size_t errlen)
+{
+	char *end = NULL;
+	long v;
+
+	if (!text || !*text || *text == '-' || *text == '+' || *text == ' ')
+		goto bad;
+	errno = 0;
+	v = strtol(text, &end, 10);
+	if (errno || *end != '\0')
+		goto bad;
+	if (v < 1 || v > ndevices)
+		return gm__fail(-EINVAL, err, errlen,
+				"%s=\"%s\" is out of range; a job can take from 1 to %d GPUs (the number of managed GPUs)",
+				name, text, ndevices);
+	*out = (int)v;
+	return 0;
+bad:
+	return gm__fail(-EINVAL, err, errlen,
+			"%s=\"%s\" is not a number; expected how many GPUs one job needs, from 1 to %d",
+			name, text ? text : "", ndevices);
+}
+
+int gm_parse_timeout(const char *name, const char *text, double *out,
+		     char *err, size_t errlen)
+{
+	char *end = NULL;
+	double v;
+
+	/* strtod would also take "inf", "nan", hex and leading blanks. */
+	if (!text || !*text || strspn(text, "0123456789.") != strlen(text))
+		goto bad;
+	v = strtod(text, &end);
+	if (*end != '\0' || v < 0 || v > 1e9)
+		goto bad;
+	*out = v;
+	return 0;
+bad:
+	return gm__fail(-EINVAL, err, errlen,
+			"%s=\"%s\" is not a duration; expected seconds as a non-negative number such as \"30\" or \"0.5\"",
+			name, text ? text : "");
+}
+
+int gm_job_check(const char *name, const char *text, char *err,
+		 size_t errlen)
+{
+	size_t len = text ? strlen(text) : 0;
+
+	/* No dots: the id becomes part of file names whose suffixes
+	 * (".lease") and fields (ticket names) are separated by dots. */
+	if (len == 0 || len > GM_JOB_MAX ||
+	    strspn(text, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-") != len)
+		return gm__fail(-EINVAL, err, errlen,
+				"%s=\"%s\" is not a valid job id; expected 1 to %d characters from A-Z a-z 0-9 _ -",
+				name, text ? text : "", GM_JOB_MAX);
+	return 0;
+}
+
+void gm_job_generate(char *buf)
+{
+	unsigned char raw[16];
+	size_t got = 0;
+
+	/* getrandom(2) by number: its libc wrapper is newer than our glibc
+	 * floor. Fall back to /dev/urandom, then to time and pid, so a job id
+	 * is always produced (uniqueness, not secrecy, is what matters). */
+#ifdef SYS_getrandom
+	{
+		long r = syscall(SYS_getrandom, raw, sizeof raw, 0);
+		if (r == (long)sizeof raw)
+			got = sizeof raw;
+	}
+#endif
+	if (got < sizeof raw) {
+		int fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
+		if (fd >= 0) {
+			ssize_t r = read(fd, raw, sizeof raw);
+			got = r == (ssize_t)sizeof raw ? sizeof raw : 0;
+			close(fd);
+		}
+	}
+	if (got < sizeof raw) {
+		struct timespec ts;
+		uint64_t a, b;
+		clock_gettime(CLOCK_REALTIME, &ts);
+		a = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+		b = ((uint64_t)getpid() << 32) ^ (uint64_t)(uintptr_t)buf;
+		memcpy(raw, &a, 8);
+		memcpy(raw + 8, &b, 8);
+	}
+	for (size_t i = 0; i < sizeof raw; i++)
+		snprintf(buf + 2 * i, 3, "%02x", raw[i]);
+}
+
+static const char *env(const char *name)
+{
+	const char *v = getenv(name);
+	return v;
+}
+
+int gm_config_from_env(struct gm_config *cfg, char *err, size_t errlen)
+{
+	const char *v;
+	int rc;
+
+	memset(cfg, 0, sizeof *cfg);
+	cfg->want = 1;
+	cfg->timeout_s = -1;
+	cfg->recheck_ms = GM_DEFAULT_RECHECK_MS;
+
+	v = env("GPUMUTEX_VISIBLE_DEVICES");
+	if (!v)
+		return 1;
+	rc = gm_parse_devices("GPUMUTEX_VISIBLE_DEVICES", v, cfg->devices,
+			      &cfg->ndevices, err, errlen);
+	if (rc)
+		return rc;
+
+	v = env("GPUMUTEX_NUM_DEVICES");
+	if (v) {
+		rc = gm_parse_want("GPUMUTEX_NUM_DEVICES", v, cfg->ndevices,
+				   &cfg->want, err, errlen);
+		if (rc)
+			return rc;
+	}
+
+	v = env("GPUMUTEX_LOCK_DIR");
+	if (!v)
+		v = GM_DEFAULT_LOCK_DIR;
+	if (!*v || v[0] != '/' || strlen(v) >= sizeof cfg->lock_dir - 64)
+		return gm__fail(-EINVAL, err, errlen,
+				"GPUMUTEX_LOCK_DIR=\"%s\" is not usable; expected an absolute directory path such as \"%s\"",
+				v, GM_DEFAULT_LOCK_DIR);
+	strcpy(cfg->lock_dir, v);
+
+	v = env("GPUMUTEX_TIMEOUT");
+	if (v) {
+		rc = gm_parse_timeout("GPUMUTEX_TIMEOUT", v, &cfg->timeout_s,
+				      err, errlen);
+		if (rc)
+			return rc;
+	}
+
+	v = env("GPUMUTEX_JOB");
+	if (v) {
+		rc = gm_job_check("GPUMUTEX_JOB", v, err, errlen);
+		if (rc)
+			return rc;
+		strcpy(cfg->job, v);
+	}
+
+	v = env("GPUMUTEX_QUIET");
+	cfg->quiet = v && *v && strcmp(v, "0") != 0;
+
+	v = env("GPUMUTEX_RECHECK_MS");
+	if (v) {
+		char *end = NULL;
+		long ms = strtol(v, &end, 10);
+		if (!*v || *end || ms < 0 || ms > 86400000)
+			return gm__fail(-EINVAL, err, errlen,
+					"GPUMUTEX_RECHECK_MS=\"%s\" is not valid; expected milliseconds from 0 (never) to 86400000",
+					v);
+		cfg->recheck_ms = (int)ms;
+	}
+	return 0;
+}

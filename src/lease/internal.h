@@ -1,0 +1,109 @@
+/*
+ * internal.h - private helpers of the lease core (prefix gm__).
+ */
+#ifndef GPUMUTEX_LEASE_INTERNAL_H
+#define GPUMUTEX_LEASE_INTERNAL_H
+
+#include <fcntl.h>
+#include <poll.h>
+#include <stdint.h>
+#include <sys/stat.h>
+
+#include "lease.h"
+
+/* Old glibc headers lack the open-file-description lock commands; the
+ * kernel (3.15+) has had them under these numbers all along. */
+#ifndef F_OFD_GETLK
+#define F_OFD_GETLK 36
+#define F_OFD_SETLK 37
+#define F_OFD_SETLKW 38
+#endif
+
+#define GM_DEFAULT_RECHECK_MS 10000
+
+/* Byte 0 of a device file is the device itself; lease L's members also
+ * hold byte GM_LEASE_OFF + L, which names the lease (see docs/design.md). */
+#define GM_LEASE_OFF 1
+
+/* Format into err (if any) and return rc: `return gm__fail(-EINVAL, ...)`. */
+int gm__fail(int rc, char *err, size_t errlen, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
+
+/* Open descriptors of a lock directory and its three subdirectories. */
+struct gm__dir {
+	int root, dev, queue, job;
+};
+
+/*
+ * Open (and with `create`, make) the lock directory `path` and its
+ * subdirectories, refusing symlinks, non-directories and directories that
+ * others could tamper with. Returns 0 or -errno with a message. On error
+ * nothing stays open.
+ */
+int gm__dir_open(const char *path, int create, struct gm__dir *d, char *err,
+		 size_t errlen);
+void gm__dir_close(struct gm__dir *d);
+
+/*
+ * Open `name` in `dirfd` with `flags` (O_RDONLY or O_RDWR; O_NOFOLLOW,
+ * O_CLOEXEC and O_NONBLOCK are added), which must be a FIFO (`fifo`) or a
+ * regular file. With `mode` != 0 a missing file is created first with that
+ * exact mode, whatever the umask, and appears under `name` only complete.
+ * Returns the descriptor or -errno with a message naming `what`.
+ */
+int gm__open(int dirfd, const char *what, const char *name, int flags,
+	     int fifo, mode_t mode, char *err, size_t errlen);
+
+/* Open device `index`'s FIFO, creating it (0666) if missing. */
+int gm__dev_open(const struct gm__dir *d, int index, int flags, char *err,
+		 size_t errlen);
+
+/* One-byte OFD lock at `start`: cmd F_OFD_SETLK/F_OFD_SETLKW, type
+ * F_RDLCK/F_WRLCK/F_UNLCK. Returns 0 or -errno (-EAGAIN when taken). */
+int gm__lock(int fd, int cmd, short type, int64_t start);
+
+/* Drop every lock this description holds on the file. */
+void gm__unlock_all(int fd);
+
+/* Who holds byte `start` in a way that conflicts with `type` from some
+ * other open file description? Returns F_UNLCK, F_RDLCK, F_WRLCK or -errno. */
+int gm__probe(int fd, short type, int64_t start);
+
+/* 1 if `fd` is still the file called `name` in `dirfd`, else 0. */
+int gm__still_linked(int dirfd, const char *name, int fd);
+
+/* CLOCK_MONOTONIC / CLOCK_REALTIME in nanoseconds. */
+int64_t gm__mono_ns(void);
+int64_t gm__real_ns(void);
+
+/*
+ * Sleep until one of `fds` (doorbells: read ends of FIFOs) reports
+ * POLLHUP, i.e. its last writer - the last holder - has gone, or until
+ * `deadline_ns` (CLOCK_MONOTONIC, -1 for none), or for at most
+ * `recheck_ms` (0: no limit). Returns 0 when woken or the recheck period
+ * passed, -ETIMEDOUT at the deadline.
+ */
+int gm__wait(struct pollfd *fds, int n, int64_t deadline_ns, int recheck_ms);
+
+/* Parse a lease record's "lease=" and "devices=" lines; 0 or -EINVAL. */
+int gm__record_parse(const char *text, uint64_t *lease, int *devices,
+		     int *ndevices);
+
+/* 1 if some description holds lease `lease`'s name byte on any of the
+ * devices (the lease has a live member), else 0. Takes no lock. */
+int gm__lease_alive(const struct gm__dir *d, uint64_t lease,
+		    const int *devices, int ndevices);
+
+/* Parse a ticket's file name (see lease.c). 0 or -EINVAL. */
+int gm__ticket_parse(const char *name, uint64_t *seq, unsigned *uid,
+		     int *pid, int *want, uint64_t *mask, char *job,
+		     size_t joblen);
+
+/* Remove this user's dead jobs (job FIFO unlocked, lease without
+ * members), except `keep`. Best effort, never blocks. */
+void gm__cleanup_jobs(const struct gm__dir *d, const char *keep);
+
+/* Read this process's command line (NULs as spaces, cut to GM_CMD_MAX). */
+void gm__cmdline(pid_t pid, char *out, size_t outlen);
+
+#endif

@@ -1,0 +1,724 @@
+/*
+ * lease.c - take or join a job's lease: the job lock, the queue, the grant.
+ *
+ * The protocol is described in docs/design.md; the comments here say why
+ * each step is in the order it is. In short:
+ *   job/<uid>-<job>        FIFO; its write lock serialises the processes
+ *                          of one job, so two arriving together make one
+ *                          lease.
+ *   job/<uid>-<job>.lease  the job's lease record (who, which devices).
+ *   queue/seq              the ticket counter, under a short write lock.
+ *   queue/<ticket name>    FIFO; write-locked by its waiter while it waits.
+ *   dev/<index>            FIFO; byte 0 read-locked by every member of the
+ *                          lease holding the device, byte 1+L by members
+ *                          of lease L.
+ * A waiter sleeps in poll() on the read end of the FIFO it waits for: the
+ * kernel reports POLLHUP when the last writer closes it, and it drops a
+ * description's locks before it drops its writer count, so the wake-up
+ * comes only once the lock is really gone (docs/design.md, "Wake-ups").
+ */
+#define _GNU_SOURCE
+#include <dirent.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "internal.h"
+
+/* Everything one acquire call holds, so one cleanup path frees it all. */
+struct acq {
+	const struct gm_config *cfg;
+	const struct gm_acquire_hooks *hooks;
+	struct gm__dir d;
+	int64_t deadline;           /* CLOCK_MONOTONIC ns, -1: none */
+	uint64_t mask;              /* candidate devices as a bit set */
+	char jobname[GM_JOB_MAX + 32];
+	int jobfd;                  /* holds the job lock */
+	uint64_t ticket;
+	char ticketname[256];
+	int ticketfd;               /* holds our place in line */
+	int waited;                 /* on_wait already called */
+	char *err;
+	size_t errlen;
+};
+
+static void notify_wait(struct acq *a, int ahead, int head, int job_busy)
+{
+	struct gm_wait_info info;
+
+	if (a->waited || !a->hooks || !a->hooks->on_wait)
+		return;
+	a->waited = 1;
+	info.ticket = a->ticket;
+	info.ahead = ahead;
+	info.head = head;
+	info.job_busy = job_busy;
+	a->hooks->on_wait(a->hooks->arg, &info);
+}
+
+static int timed_out(struct acq *a)
+{
+	const struct gm_config *c = a->cfg;
+	char list[GM_MAX_DEVICES * 4] = "";
+	size_t off = 0;
+
+	for (int i = 0; i < c->ndevices; i++)
+		off += (size_t)snprintf(list + off, sizeof list - off, "%s%d",
+					i ? "," : "", c->devices[i]);
+	return gm__fail(-ETIMEDOUT, a->err, a->errlen,
+			"gave up after GPUMUTEX_TIMEOUT=%g s waiting for %d of GPUs %s",
+			c->timeout_s, c->want, list);
+}
+
+/* ---- The job lock ------------------------------------------------------ */
+
+/*
+ * Take the write lock on job/<uid>-<job>. While another process of the
+ * job holds it (it is claiming, or checking the lease), sleep until its
+ * holder closes the FIFO, then try again.
+ */
+static int job_lock(struct acq *a)
+{
+	char what[GM_JOB_MAX + 64];
+
+	snprintf(what, sizeof what, "job file job/%s", a->jobname);
+	for (;;) {
+		int bell, fd, rc;
+		struct pollfd p;
+
+		/* The doorbell comes first: opened while the holder's writer is
+		 * open, it reports the holder's last close. */
+		bell = gm__open(a->d.job, what, a->jobname, O_RDONLY, 1, 0600,
+				a->err, a->errlen);
+		if (bell < 0)
+			return bell;
+		fd = gm__open(a->d.job, what, a->jobname, O_RDWR, 1, 0600,
+			      a->err, a->errlen);
+		if (fd < 0) {
+			close(bell);
+			return fd;
+		}
+		rc = gm__lock(fd, F_OFD_SETLK, F_WRLCK, 0);
+		if (rc == 0) {
+			close(bell);
+			/* A same-user cleaner may have unlinked a dead job's
+			 * FIFO between our open and our lock. */
+			if (gm__still_linked(a->d.job, a->jobname, fd)) {
+				a->jobfd = fd;
+				return 0;
+			}
+			close(fd);
+			continue;
+		}
+		close(fd);
+		if (rc != -EAGAIN) {
+			close(bell);
+			return gm__fail(rc, a->err, a->errlen,
+					"cannot lock %s: %s", what, strerror(-rc));
+		}
+		notify_wait(a, 0, 0, 1);
+		p.fd = bell;
+		rc = gm__wait(&p, 1, a->deadline, a->cfg->recheck_ms);
+		close(bell);
+		if (rc == -ETIMEDOUT)
+			return timed_out(a);
+		if (rc)
+			return gm__fail(rc, a->err, a->errlen, "poll: %s",
+					strerror(-rc));
+	}
+}
+
+/* ---- The lease record -------------------------------------------------- */
+
+struct record {
+	uint64_t lease;
+	int devices[GM_MAX_DEVICES];
+	int ndevices;
+};
+
+static int record_read(struct acq *a, struct record *r)
+{
+	char name[GM_JOB_MAX + 48], buf[1024];
+	int fd;
+	ssize_t n;
+
+	snprintf(name, sizeof name, "%s.lease", a->jobname);
+	fd = openat(a->d.job, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+	if (fd < 0)
+		return -ENOENT;
+	n = read(fd, buf, sizeof buf - 1);
+	close(fd);
+	if (n <= 0)
+		return -ENOENT;
+	buf[n] = '\0';
+	return gm__record_parse(buf, &r->lease, r->devices, &r->ndevices);
+}
+
+static int record_write(struct acq *a, const struct gm_lease *l)
+{
+	char name[GM_JOB_MAX + 48], tmp[GM_JOB_MAX + 48];
+	char cmd[GM_CMD_MAX], buf[2048], list[GM_MAX_DEVICES * 4] = "";
+	size_t off = 0;
+	int fd, len, rc = 0;
+	pid_t pid = getpid();
+
+	for (int i = 0; i < l->ndevices; i++)
+		off += (size_t)snprintf(list + off, sizeof list - off, "%s%d",
+					i ? "," : "", l->devices[i]);
+	gm__cmdline(pid, cmd, sizeof cmd);
+	len = snprintf(buf, sizeof buf,
+		       "gpumutex-lease 1\nlease=%" PRIx64 "\njob=%s\nuid=%u\n"
+		       "devices=%s\nstart=%" PRId64 "\npid=%d\ncmd=%s\n"
+		       "member=%d\n",
+		       l->lease_id, a->cfg->job, (unsigned)geteuid(), list,
+		       gm__real_ns(), (int)pid, cmd, (int)pid);
+	/* Written whole under a temporary name, then renamed, so a reader
+	 * (gpumutex status) never sees half a record. We hold the job lock,
+	 * so nobody else writes this job's temporary file. */
+	snprintf(name, sizeof name, "%s.lease", a->jobname);
+	snprintf(tmp, sizeof tmp, "%s.lease.tmp", a->jobname);
+	unlinkat(a->d.job, tmp, 0);
+	fd = openat(a->d.job, tmp,
+		    O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+	if (fd < 0)
+		goto fail;
+	if (fchmod(fd, 0644) < 0 || write(fd, buf, (size_t)len) != len) {
+		close(fd);
+		goto fail;
+	}
+	close(fd);
+	if (renameat(a->d.job, tmp, a->d.job, name) < 0)
+		goto fail;
+	return 0;
+fail:
+	rc = errno ? -errno : -EIO;
+	unlinkat(a->d.job, tmp, 0);
+	return gm__fail(rc, a->err, a->errlen,
+			"cannot write lease record job/%s: %s", name,
+			strerror(-rc));
+}
+
+static void record_add_member(struct acq *a)
+{
+	char name[GM_JOB_MAX + 48], line[32];
+	int fd, len;
+
+	snprintf(name, sizeof name, "%s.lease", a->jobname);
+	fd = openat(a->d.job, name, O_WRONLY | O_APPEND | O_NOFOLLOW | O_CLOEXEC);
+	if (fd < 0)
+		return; /* the record is for display; the locks are the lease */
+	len = snprintf(line, sizeof line, "member=%d\n", (int)getpid());
+	if (write(fd, line, (size_t)len) < 0) {
+		/* nothing to do: status just will not list this member */
+	}
+	close(fd);
+}
+
+/* ---- Joining ----------------------------------------------------------- */
+
+static void drop(int *fds, int n)
+{
+	for (int i = 0; i < n; i++) {
+		if (fds[i] < 0)
+			continue;
+		/* Unlock every byte first: a child forked meanwhile by
+		 * another thread would share the description, and must not
+		 * keep a lease's name byte without its device byte. */
+		gm__unlock_all(fds[i]);
+		close(fds[i]);
+		fds[i] = -1;
+	}
+}
+
+/*
+ * Become a member of lease r->lease if it is still alive. For each device:
+ * take a read lock on byte 0 (this keeps any new claimant out from now
+ * on), then ask whether another description holds byte 1+L. If one does,
+ * a member of L held the device at a moment when we already held byte 0,
+ * so the device has belonged to L without a break, and taking byte 1+L
+ * ourselves makes us a member. If any device fails, the lease has ended
+ * (or is ending) and we let go of everything.
+ * Returns 1 when joined, 0 when the lease is gone, -errno on error.
+ */
+static int join(struct acq *a, const struct record *r, struct gm_lease *out)
+{
+	int fds[GM_MAX_DEVICES], n = 0, alive = r->ndevices > 0;
+	const int64_t off = GM_LEASE_OFF + (int64_t)r->lease;
+
+	for (int i = 0; i < r->ndevices && alive; i++) {
+		int fd = gm__dev_open(&a->d, r->devices[i], O_RDWR, a->err,
+				      a->errlen);
+		if (fd < 0) {
+			drop(fds, n);
+			return fd;
+		}
+		fds[n++] = fd;
+		alive = gm__lock(fd, F_OFD_SETLK, F_RDLCK, 0) == 0 &&
+			gm__probe(fd, F_WRLCK, off) == F_RDLCK &&
+			gm__lock(fd, F_OFD_SETLK, F_RDLCK, off) == 0;
+	}
+	if (!alive) {
+		drop(fds, n);
+		return 0;
+	}
+	memset(out, 0, sizeof *out);
+	out->ndevices = n;
+	for (int i = 0; i < n; i++) {
+		out->devices[i] = r->devices[i];
+		out->fds[i] = fds[i];
+	}
+	out->lease_id = r->lease;
+	out->joined = 1;
+	return 1;
+}
+
+/* ---- The queue --------------------------------------------------------- */
+
+struct entry {
+	uint64_t seq;
+	uint64_t mask;
+	unsigned uid;
+	char name[256];
+};
+
+/*
+ * Ticket names: <seq:016x>.<uid>.<pid>.<want>.<mask:016x>.<job>
+ * Fixed-width hex first, so names sort like the numbers; the rest lets
+ * `gpumutex status` describe a waiter without any other file.
+ */
+int gm__ticket_parse(const char *name, uint64_t *seq, unsigned *uid,
+		     int *pid, int *want, uint64_t *mask, char *job,
+		     size_t joblen)
+{
+	unsigned long long s, m;
+	unsigned u;
+	int p, w, used = 0;
+
+	if (strlen(name) < 16 + 10 ||
+	    sscanf(name, "%16llx.%u.%d.%d.%16llx.%n", &s, &u, &p, &w, &m,
+		   &used) != 5 || used == 0 || name[16] != '.')
+		return -EINVAL;
+	*seq = s;
+	*uid = u;
+	*pid = p;
+	*want = w;
+	*mask = m;
+	if (job)
+		snprintf(job, joblen, "%s", name + used);
+	return 0;
+}
+
+static int cmp_entry_desc(const void *x, const void *y)
+{
+	const struct entry *a = x, *b = y;
+	return a->seq < b->seq ? 1 : a->seq > b->seq ? -1 : 0;
+}
+
+/*
+ * Take the next ticket and make queue/<name>, locked, before the counter
+ * lock is released: anyone who takes a later ticket then finds ours.
+ */
+static int take_ticket(struct acq *a)
+{
+	char buf[32];
+	int cfd, rc;
+	ssize_t n;
+	uint64_t seq = 1;
+
+	cfd = gm__open(a->d.queue, "ticket counter queue/seq", "seq", O_RDWR,
+		       0, 0666, a->err, a->errlen);
+	if (cfd < 0)
+		return cfd;
+	/* Held for a few system calls only, by processes that never wait
+	 * for anything while holding it; so a blocking lock is right. */
+	rc = gm__lock(cfd, F_OFD_SETLKW, F_WRLCK, 0);
+	if (rc) {
+		close(cfd);
+		return gm__fail(rc, a->err, a->errlen,
+				"cannot lock queue/seq: %s", strerror(-rc));
+	}
+	n = pread(cfd, buf, sizeof buf - 1, 0);
+	if (n > 0) {
+		buf[n] = '\0';
+		seq = strtoull(buf, NULL, 16);
+		if (seq == 0)
+			seq = 1;
+	}
+	for (int tries = 0;; tries++, seq++) {
+		int fd;
+
+		snprintf(a->ticketname, sizeof a->ticketname,
+			 "%016" PRIx64 ".%u.%d.%d.%016" PRIx64 ".%s", seq,
+			 (unsigned)geteuid(), (int)getpid(), a->cfg->want,
+			 a->mask, a->cfg->job);
+		if (mkfifoat(a->d.queue, a->ticketname, 0600) < 0) {
+			/* Taken: the counter was rewound or damaged. */
+			if (errno == EEXIST && tries < 1000)
+				continue;
+			rc = -errno;
+			break;
+		}
+		fd = openat(a->d.queue, a->ticketname,
+			    O_RDWR | O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC);
+		if (fd < 0 || fchmod(fd, 0644) < 0 ||
+		    gm__lock(fd, F_OFD_SETLK, F_WRLCK, 0) < 0) {
+			rc = errno ? -errno : -EIO;
+			if (fd >= 0)
+				close(fd);
+			unlinkat(a->d.queue, a->ticketname, 0);
+			break;
+		}
+		a->ticketfd = fd;
+		a->ticket = seq;
+		n = snprintf(buf, sizeof buf, "%016" PRIx64 "\n", seq + 1);
+		if (pwrite(cfd, buf, (size_t)n, 0) != n) {
+			/* The ticket is made; the next taker finds the name
+			 * taken and moves past it. */
+		}
+		break;
+	}
+	close(cfd); /* also releases the counter lock */
+	if (rc)
+		return gm__fail(rc, a->err, a->errlen,
+				"cannot make a ticket in queue/: %s",
+				strerror(-rc));
+	return 0;
+}
+
+static void release_ticket(struct acq *a)
+{
+	if (a->ticketfd < 0)
+		return;
+	/* Unlink first: whoever wakes up at our close rescans the queue and
+	 * must not find us there. */
+	unlinkat(a->d.queue, a->ticketname, 0);
+	gm__unlock_all(a->ticketfd);
+	close(a->ticketfd);
+	a->ticketfd = -1;
+}
+
+/*
+ * Find the youngest live ticket older than ours whose candidates intersect
+ * ours. Returns a doorbell (read end of its FIFO) to sleep on, or -1 when
+ * there is none (we are at the head), or -errno. *ahead counts the live
+ * ones when `count` is set (only for the message, so only once).
+ */
+static int find_predecessor(struct acq *a, int count, int *ahead)
+{
+	DIR *dir;
+	struct dirent *de;
+	struct entry *v = NULL;
+	size_t n = 0, cap = 0;
+	int found = -1, dfd;
+	unsigned me = (unsigned)geteuid();
+
+	*ahead = 0;
+	dfd = dup(a->d.queue);
+	if (dfd < 0)
+		return -errno;
+	/* dup shares the offset with d.queue; rewind for a full listing. */
+	lseek(dfd, 0, SEEK_SET);
+	dir = fdopendir(dfd);
+	if (!dir) {
+		close(dfd);
+		return -errno;
+	}
+	while ((de = readdir(dir)) != NULL) {
+		struct entry e;
+		int pid, want;
+
+		if (gm__ticket_parse(de->d_name, &e.seq, &e.uid, &pid, &want,
+				     &e.mask, NULL, 0) < 0)
+			continue;
+		if (e.seq >= a->ticket || !(e.mask & a->mask))
+			continue;
+		if (n == cap) {
+			size_t nc = cap ? cap * 2 : 64;
+			struct entry *nv = realloc(v, nc * sizeof *v);
+			if (!nv) {
+				free(v);
+				closedir(dir);
+				return -ENOMEM;
+			}
+			v = nv;
+			cap = nc;
+		}
+		snprintf(e.name, sizeof e.name, "%s", de->d_name);
+		v[n++] = e;
+	}
+	closedir(dir);
+	qsort(v, n, sizeof *v, cmp_entry_desc);
+	for (size_t i = 0; i < n; i++) {
+		int fd = openat(a->d.queue, v[i].name,
+				O_RDONLY | O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC);
+		if (fd < 0)
+			continue; /* gone: granted, gave up, or cleaned */
+		if (gm__probe(fd, F_WRLCK, 0) == F_UNLCK) {
+			/* Dead: its waiter died without cleaning up. Tickets are
+			 * never reused, so a dead one stays dead; remove ours. */
+			close(fd);
+			if (v[i].uid == me)
+				unlinkat(a->d.queue, v[i].name, 0);
+			continue;
+		}
+		if (found < 0)
+			found = fd;
+		else
+			close(fd);
+		++*ahead;
+		if (!count)
+			break;
+	}
+	free(v);
+	return found;
+}
+
+/* ---- Devices ----------------------------------------------------------- */
+
+/*
+ * At the head of the line: try to write-lock cfg->want candidate devices
+ * without blocking. Returns 1 with the lease's descriptors in out->fds,
+ * 0 when too few are free (with doorbells of the busy ones in bells[]),
+ * or -errno.
+ */
+static int try_devices(struct acq *a, struct gm_lease *out,
+		       struct pollfd *bells, int *nbells)
+{
+	const struct gm_config *c = a->cfg;
+	int held[GM_MAX_DEVICES], nheld = 0, heldidx[GM_MAX_DEVICES];
+
+	*nbells = 0;
+	for (int i = 0; i < c->ndevices && nheld < c->want; i++) {
+		int bell, fd, rc;
+
+		/* Doorbell before the attempt, so a release between the
+		 * attempt and the poll still rings. */
+		bell = gm__dev_open(&a->d, c->devices[i], O_RDONLY, a->err,
+				    a->errlen);
+		if (bell < 0)
+			goto fail_bell;
+		fd = gm__dev_open(&a->d, c->devices[i], O_RDWR, a->err,
+				  a->errlen);
+		if (fd < 0) {
+			close(bell);
+			bell = fd;
+			goto fail_bell;
+		}
+		rc = gm__lock(fd, F_OFD_SETLK, F_WRLCK, 0);
+		if (rc == 0) {
+			close(bell);
+			heldidx[nheld] = c->devices[i];
+			held[nheld++] = fd;
+			continue;
+		}
+		close(fd);
+		if (rc != -EAGAIN) {
+			close(bell);
+			drop(held, nheld);
+			for (int j = 0; j < *nbells; j++)
+				close(bells[j].fd);
+			*nbells = 0;
+			return gm__fail(rc, a->err, a->errlen,
+					"cannot lock device file dev/%d: %s",
+					c->devices[i], strerror(-rc));
+		}
+		bells[(*nbells)++].fd = bell;
+		continue;
+fail_bell:
+		drop(held, nheld);
+		for (int j = 0; j < *nbells; j++)
+			close(bells[j].fd);
+		*nbells = 0;
+		return bell;
+	}
+	if (nheld < c->want) {
+		/* Never keep a partial set while waiting (docs/design.md). */
+		drop(held, nheld);
+		return 0;
+	}
+	for (int j = 0; j < *nbells; j++)
+		close(bells[j].fd);
+	*nbells = 0;
+	memset(out, 0, sizeof *out);
+	out->ndevices = nheld;
+	for (int i = 0; i < nheld; i++) {
+		out->devices[i] = heldidx[i];
+		out->fds[i] = held[i];
+	}
+	return 1;
+}
+
+/*
+ * Turn the write-locked devices into lease L: take byte 1+L on each (the
+ * lease's name, for joiners), write the record, then convert byte 0 from
+ * write to read (atomic for OFD locks: no moment with the device unlocked).
+ */
+static int grant(struct acq *a, struct gm_lease *l)
+{
+	int rc;
+
+	l->lease_id = a->ticket;
+	l->ticket = a->ticket;
+	/* Sort devices and descriptors together, for stable output. */
+	for (int i = 1; i < l->ndevices; i++)
+		for (int j = i; j > 0 && l->devices[j - 1] > l->devices[j]; j--) {
+			int t = l->devices[j];
+			l->devices[j] = l->devices[j - 1];
+			l->devices[j - 1] = t;
+			t = l->fds[j];
+			l->fds[j] = l->fds[j - 1];
+			l->fds[j - 1] = t;
+		}
+	for (int i = 0; i < l->ndevices; i++) {
+		rc = gm__lock(l->fds[i], F_OFD_SETLK, F_RDLCK,
+			      GM_LEASE_OFF + (int64_t)l->lease_id);
+		if (rc)
+			return gm__fail(rc, a->err, a->errlen,
+					"cannot lock dev/%d: %s", l->devices[i],
+					strerror(-rc));
+	}
+	rc = record_write(a, l);
+	if (rc)
+		return rc;
+	for (int i = 0; i < l->ndevices; i++) {
+		rc = gm__lock(l->fds[i], F_OFD_SETLK, F_RDLCK, 0);
+		if (rc)
+			return gm__fail(rc, a->err, a->errlen,
+					"cannot convert the lock on dev/%d: %s",
+					l->devices[i], strerror(-rc));
+	}
+	return 0;
+}
+
+/*
+ * Wait in line, then for devices. Returns 0 with `out` filled, or -errno.
+ */
+static int claim(struct acq *a, struct gm_lease *out)
+{
+	struct pollfd bells[GM_MAX_DEVICES];
+	int rc, nbells, ahead;
+
+	rc = take_ticket(a);
+	if (rc)
+		return rc;
+	for (;;) {
+		int pred = find_predecessor(a, !a->waited, &ahead);
+		struct pollfd p;
+
+		if (pred < -1)
+			return gm__fail(pred, a->err, a->errlen,
+					"cannot read queue/: %s", strerror(-pred));
+		if (pred >= 0) {
+			notify_wait(a, ahead, 0, 0);
+			p.fd = pred;
+			rc = gm__wait(&p, 1, a->deadline, a->cfg->recheck_ms);
+			close(pred);
+			if (rc == -ETIMEDOUT)
+				return timed_out(a);
+			if (rc)
+				return rc;
+			continue;
+		}
+		/* At the head: nobody conflicting is older, and nobody can
+		 * become older later, since tickets only grow. */
+		for (;;) {
+			rc = try_devices(a, out, bells, &nbells);
+			if (rc < 0)
+				return rc;
+			if (rc == 1)
+				break;
+			notify_wait(a, 0, 1, 0);
+			rc = gm__wait(bells, nbells, a->deadline,
+				      a->cfg->recheck_ms);
+			for (int j = 0; j < nbells; j++)
+				close(bells[j].fd);
+			if (rc == -ETIMEDOUT)
+				return timed_out(a);
+			if (rc)
+				return rc;
+		}
+		rc = grant(a, out);
+		if (rc) {
+			drop(out->fds, out->ndevices);
+			return rc;
+		}
+		return 0;
+	}
+}
+
+int gm_lease_acquire(const struct gm_config *cfg,
+		     const struct gm_acquire_hooks *hooks,
+		     struct gm_lease *out, char *err, size_t errlen)
+{
+	struct acq a;
+	struct record r;
+	int rc;
+
+	memset(out, 0, sizeof *out);
+	memset(&a, 0, sizeof a);
+	a.cfg = cfg;
+	a.hooks = hooks;
+	a.jobfd = a.ticketfd = -1;
+	a.err = err;
+	a.errlen = errlen;
+	if (err && errlen)
+		err[0] = '\0';
+
+	if (cfg->ndevices < 1 || cfg->ndevices > GM_MAX_DEVICES ||
+	    cfg->want < 1 || cfg->want > cfg->ndevices)
+		return gm__fail(-EINVAL, err, errlen,
+				"asked for %d of %d GPUs", cfg->want,
+				cfg->ndevices);
+	for (int i = 0; i < cfg->ndevices; i++) {
+		if (cfg->devices[i] < 0 || cfg->devices[i] >= GM_MAX_DEVICES ||
+		    (a.mask & (UINT64_C(1) << cfg->devices[i])))
+			return gm__fail(-EINVAL, err, errlen,
+					"bad device list (index %d)",
+					cfg->devices[i]);
+		a.mask |= UINT64_C(1) << cfg->devices[i];
+	}
+	rc = gm_job_check("GPUMUTEX_JOB", cfg->job, err, errlen);
+	if (rc)
+		return rc;
+	a.deadline = cfg->timeout_s < 0 ? -1 :
+		gm__mono_ns() + (int64_t)(cfg->timeout_s * 1e9);
+	snprintf(a.jobname, sizeof a.jobname, "%u-%s", (unsigned)geteuid(),
+		 cfg->job);
+
+	rc = gm__dir_open(cfg->lock_dir, 1, &a.d, err, errlen);
+	if (rc)
+		return rc;
+	rc = job_lock(&a);
+	if (rc)
+		goto out;
+	if (record_read(&a, &r) == 0) {
+		rc = join(&a, &r, out);
+		if (rc == 1) {
+			record_add_member(&a);
+			rc = 0;
+			goto out;
+		}
+		if (rc < 0)
+			goto out;
+	}
+	rc = claim(&a, out);
+	if (rc == 0 && hooks && hooks->on_granted)
+		hooks->on_granted(hooks->arg, out);
+out:
+	/* Order matters: the ticket goes first (our successor may start),
+	 * then the job lock (our job's other processes may join). */
+	release_ticket(&a);
+	if (a.jobfd >= 0) {
+		gm__unlock_all(a.jobfd);
+		close(a.jobfd);
+	}
+	if (rc == 0 && !out->joined)
+		gm__cleanup_jobs(&a.d, a.jobname);
+	gm__dir_close(&a.d);
+	if (rc)
+		memset(out, 0, sizeof *out);
+	return rc;
+}

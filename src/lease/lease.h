@@ -1,0 +1,183 @@
+/*
+ * lease.h - the lease core: who may use which GPU.
+ *
+ * Plain POSIX C with no CUDA in it. The preload library calls it from cuInit,
+ * the CLI calls it for `gpumutex status`, and the tests call it directly.
+ * The protocol (files, locks, order, crash points) is in docs/design.md.
+ *
+ * Conventions: every function that can fail returns 0 or a negative errno
+ * value and, where it takes an `err` buffer, writes one human-readable
+ * sentence there (no "gpumutex:" prefix, no newline). Nothing here prints,
+ * exits, installs signal handlers or keeps global state; all descriptors are
+ * O_CLOEXEC. Functions are safe to call from several threads at once as long
+ * as they do not share a struct.
+ */
+#ifndef GPUMUTEX_LEASE_H
+#define GPUMUTEX_LEASE_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#define GM_MAX_DEVICES 64      /* device indices 0..63 */
+#define GM_JOB_MAX 64          /* longest GPUMUTEX_JOB value */
+#define GM_CMD_MAX 256         /* command lines are cut to this */
+#define GM_ERR_MAX 512         /* a comfortable size for err buffers */
+#define GM_DEFAULT_LOCK_DIR "/tmp/libgpumutex"
+
+/* What one process asks for, from the environment or from a caller. */
+struct gm_config {
+	int devices[GM_MAX_DEVICES]; /* candidate device indices, in order */
+	int ndevices;
+	int want;                    /* devices one job needs (>= 1) */
+	double timeout_s;            /* < 0: wait forever; 0: do not wait */
+	char lock_dir[4096];
+	char job[GM_JOB_MAX + 1];    /* "" when the environment had none */
+	int quiet;                   /* GPUMUTEX_QUIET: for callers that print */
+	int recheck_ms;              /* fallback re-check period; 0 = none */
+};
+
+/*
+ * Fill `cfg` from the process environment: GPUMUTEX_VISIBLE_DEVICES,
+ * GPUMUTEX_NUM_DEVICES, GPUMUTEX_LOCK_DIR, GPUMUTEX_TIMEOUT, GPUMUTEX_JOB,
+ * GPUMUTEX_QUIET and GPUMUTEX_RECHECK_MS.
+ * Returns 1 when GPUMUTEX_VISIBLE_DEVICES is unset (gpumutex is not
+ * configured: the caller passes through), 0 when `cfg` is valid, and
+ * -EINVAL with a message naming the variable, its value and what is
+ * expected when any variable is malformed. A missing GPUMUTEX_JOB is not an
+ * error: cfg->job is left empty and gm_job_generate() makes one.
+ */
+int gm_config_from_env(struct gm_config *cfg, char *err, size_t errlen);
+
+/*
+ * The parsers behind gm_config_from_env, exposed for the CLI and the tests.
+ * Each returns 0 or -EINVAL with a message naming `name` (the variable or
+ * flag the text came from) and the offending value.
+ * gm_parse_devices: "0,2,3" -> {0,2,3}; rejects "", empty entries, signs,
+ *   non-digits, values above 63 and duplicates.
+ * gm_parse_want: a decimal integer from 1 to `ndevices`.
+ * gm_parse_timeout: seconds as a non-negative decimal ("30", "0.5").
+ * gm_job_check: 1 to GM_JOB_MAX characters from [A-Za-z0-9_-] (it
+ *   becomes part of file names).
+ */
+int gm_parse_devices(const char *name, const char *text, int *out, int *n,
+		     char *err, size_t errlen);
+int gm_parse_want(const char *name, const char *text, int ndevices, int *out,
+		  char *err, size_t errlen);
+int gm_parse_timeout(const char *name, const char *text, double *out,
+		     char *err, size_t errlen);
+int gm_job_check(const char *name, const char *text, char *err,
+		 size_t errlen);
+
+/* Write a fresh random job id (32 hex digits) into buf[GM_JOB_MAX + 1]. */
+void gm_job_generate(char *buf);
+
+/* The state of a granted lease, as this process holds it. */
+struct gm_lease {
+	int devices[GM_MAX_DEVICES]; /* granted device indices, ascending */
+	int ndevices;
+	uint64_t lease_id;           /* unique per lease in this lock dir */
+	uint64_t ticket;             /* this process's place in line; 0 if it joined */
+	int joined;                  /* 1: joined the job's live lease */
+	int fds[GM_MAX_DEVICES];     /* the descriptors that hold the lease */
+};
+
+/* What a caller may learn while gm_lease_acquire runs. */
+struct gm_wait_info {
+	uint64_t ticket;     /* our ticket */
+	int ahead;           /* live tickets older than ours that conflict */
+	int head;            /* 1: nobody conflicting is ahead; waiting for devices */
+	int job_busy;        /* 1: another process of our job is claiming */
+};
+
+struct gm_acquire_hooks {
+	/* Called once, the first time the process has to wait (not when it is
+	 * served at once). The preload prints its one-line message here. */
+	void (*on_wait)(void *arg, const struct gm_wait_info *info);
+	/* Called after the devices are locked and before the ticket is
+	 * released: grants of conflicting jobs are strictly ordered here. */
+	void (*on_granted)(void *arg, const struct gm_lease *lease);
+	void *arg;
+};
+
+/*
+ * Take or join the lease of job cfg->job (which must be set) for this
+ * process. Joins at once when the job's lease is alive; otherwise takes a
+ * ticket, waits first come first served behind every older waiter whose
+ * candidate devices intersect ours, then for cfg->want free devices, all
+ * at once. Blocks in the kernel (poll on FIFO doorbells) and uses no CPU
+ * while waiting.
+ * On success fills `out` and returns 0: the lease lives as long as the
+ * descriptors in out->fds stay open in this process or in forked
+ * children; they are O_CLOEXEC and nothing here ever closes them.
+ * Errors: -ETIMEDOUT after cfg->timeout_s; -EINVAL, -EACCES, -ELOOP,
+ * -ENOTDIR, -EPERM, -ENOSPC or another errno when the lock directory is
+ * unusable (the message says why). On any error nothing is left behind:
+ * no descriptor, no lock, no ticket.
+ */
+int gm_lease_acquire(const struct gm_config *cfg,
+		     const struct gm_acquire_hooks *hooks,
+		     struct gm_lease *out, char *err, size_t errlen);
+
+/*
+ * Prepare the lock directory and the device files of cfg->devices, with
+ * the checks gm_lease_acquire makes (symlinks, owners, modes). Used by
+ * `gpumutex init` (run as root, it makes files nobody else can remove).
+ */
+int gm_lockdir_prepare(const struct gm_config *cfg, char *err, size_t errlen);
+
+/* ---- Introspection ---------------------------------------------------- */
+
+enum gm_dev_state { GM_DEV_FREE = 0, GM_DEV_HELD = 1, GM_DEV_GRANTING = 2 };
+
+struct gm_state_lease {
+	uint64_t lease_id;
+	char job[GM_JOB_MAX + 1];
+	uid_t uid;
+	int devices[GM_MAX_DEVICES];
+	int ndevices;
+	pid_t pids[32];              /* members that announced themselves */
+	int npids;
+	char cmd[GM_CMD_MAX];        /* command line of the first member */
+	int64_t start_ns;            /* CLOCK_REALTIME when granted */
+};
+
+struct gm_state_waiter {
+	uint64_t ticket;
+	uid_t uid;
+	pid_t pid;
+	char job[GM_JOB_MAX + 1];
+	int want;
+	int devices[GM_MAX_DEVICES]; /* candidates */
+	int ndevices;
+	int64_t since_ns;            /* CLOCK_REALTIME when it took its ticket */
+	char cmd[GM_CMD_MAX];        /* from /proc, "" when not visible */
+};
+
+struct gm_state_device {
+	int index;
+	enum gm_dev_state state;
+	int lease;                   /* index into leases[], -1 if unknown */
+};
+
+struct gm_state {
+	struct gm_state_device devices[GM_MAX_DEVICES];
+	int ndevices;
+	struct gm_state_lease *leases;
+	int nleases;
+	struct gm_state_waiter *waiters; /* in queue order */
+	int nwaiters;
+	int64_t now_ns;                  /* CLOCK_REALTIME of the snapshot */
+};
+
+/*
+ * Read the current state of `lock_dir` without taking any lock (only
+ * F_OFD_GETLK probes), so it never delays anyone. Returns 0, or -ENOENT
+ * when the directory does not exist, or another negative errno. The
+ * snapshot is not atomic: a lease may end while it is read.
+ */
+int gm_state_read(const char *lock_dir, struct gm_state *st, char *err,
+		  size_t errlen);
+void gm_state_free(struct gm_state *st);
+
+#endif

@@ -1,0 +1,142 @@
+/*
+ * records.c - lease records: parsing, liveness, and removing dead jobs.
+ *
+ * A record is only a description. Whether a lease is alive is always
+ * decided by the kernel's locks, never by what a record says.
+ */
+#define _GNU_SOURCE
+#include <dirent.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "internal.h"
+
+int gm__record_parse(const char *text, uint64_t *lease, int *devices,
+		     int *ndevices)
+{
+	const char *l = strstr(text, "\nlease="), *d = strstr(text, "\ndevices=");
+	char list[GM_MAX_DEVICES * 4];
+	size_t len;
+	char *end;
+
+	if (strncmp(text, "gpumutex-lease 1\n", 17) != 0 || !l || !d)
+		return -EINVAL;
+	*lease = strtoull(l + 7, &end, 16);
+	if (end == l + 7 || *end != '\n')
+		return -EINVAL;
+	d += 9;
+	len = strcspn(d, "\n");
+	if (len == 0 || len >= sizeof list || d[len] != '\n')
+		return -EINVAL;
+	memcpy(list, d, len);
+	list[len] = '\0';
+	return gm_parse_devices("devices", list, devices, ndevices, NULL, 0);
+}
+
+int gm__lease_alive(const struct gm__dir *d, uint64_t lease,
+		    const int *devices, int ndevices)
+{
+	for (int i = 0; i < ndevices; i++) {
+		char name[16];
+		int fd, held;
+
+		snprintf(name, sizeof name, "%d", devices[i]);
+		fd = openat(d->dev, name,
+			    O_RDONLY | O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC);
+		if (fd < 0)
+			continue;
+		held = gm__probe(fd, F_WRLCK,
+				 GM_LEASE_OFF + (int64_t)lease) == F_RDLCK;
+		close(fd);
+		if (held)
+			return 1;
+	}
+	return 0;
+}
+
+static int read_small(int dirfd, const char *name, char *buf, size_t len)
+{
+	int fd = openat(dirfd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+	ssize_t n;
+
+	if (fd < 0)
+		return -errno;
+	n = read(fd, buf, len - 1);
+	close(fd);
+	if (n < 0)
+		return -EIO;
+	buf[n] = '\0';
+	return 0;
+}
+
+/* Remove job `name` (a FIFO called <uid>-<job>) if it is dead. We take
+ * its job lock first, so no process of that job is claiming or joining,
+ * and we unlink while holding it: a process that opened the FIFO before
+ * the unlink finds, once it gets the lock, that its FIFO is no longer
+ * linked, and starts over (lease.c, job_lock). */
+static void cleanup_one(const struct gm__dir *d, const char *name)
+{
+	char rec[GM_JOB_MAX + 48], tmp[GM_JOB_MAX + 48], buf[1024];
+	uint64_t lease;
+	int devices[GM_MAX_DEVICES], n = 0;
+	int fd = openat(d->job, name,
+			O_RDWR | O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC);
+
+	if (fd < 0)
+		return;
+	if (gm__lock(fd, F_OFD_SETLK, F_WRLCK, 0) < 0 ||
+	    !gm__still_linked(d->job, name, fd))
+		goto out;
+	snprintf(rec, sizeof rec, "%s.lease", name);
+	snprintf(tmp, sizeof tmp, "%s.lease.tmp", name);
+	if (read_small(d->job, rec, buf, sizeof buf) == 0 &&
+	    gm__record_parse(buf, &lease, devices, &n) == 0 &&
+	    gm__lease_alive(d, lease, devices, n))
+		goto out;
+	unlinkat(d->job, rec, 0);
+	unlinkat(d->job, tmp, 0);
+	unlinkat(d->job, name, 0);
+out:
+	gm__unlock_all(fd);
+	close(fd);
+}
+
+void gm__cleanup_jobs(const struct gm__dir *d, const char *keep)
+{
+	char prefix[32];
+	size_t plen;
+	DIR *dir;
+	struct dirent *de;
+	int dfd = openat(d->job, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+
+	if (dfd < 0)
+		return;
+	dir = fdopendir(dfd);
+	if (!dir) {
+		close(dfd);
+		return;
+	}
+	plen = (size_t)snprintf(prefix, sizeof prefix, "%u-",
+				(unsigned)geteuid());
+	while ((de = readdir(dir)) != NULL) {
+		/* Our own user's job FIFOs only: the names without a dot
+		 * after the prefix (a job id may contain dots, but the
+		 * record names end in ".lease" or ".lease.tmp"). */
+		const char *nm = de->d_name;
+		size_t len = strlen(nm);
+
+		if (strncmp(nm, prefix, plen) != 0 || strcmp(nm, keep) == 0)
+			continue;
+		if ((len > 6 && strcmp(nm + len - 6, ".lease") == 0) ||
+		    (len > 10 && strcmp(nm + len - 10, ".lease.tmp") == 0))
+			continue;
+		if (de->d_type != DT_FIFO && de->d_type != DT_UNKNOWN)
+			continue;
+		cleanup_one(d, nm);
+	}
+	closedir(dir);
+}

@@ -1,0 +1,284 @@
+/*
+ * state.c - read the lock directory's state for `gpumutex status`.
+ *
+ * Only F_OFD_GETLK probes and plain reads: a reader never takes a lock, so
+ * it can never delay a claimant, a joiner or a waiter, and it works for any
+ * user who can read the directory.
+ */
+#define _GNU_SOURCE
+#include <dirent.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "internal.h"
+
+static int open_sub(int root, const char *name)
+{
+	return openat(root, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+}
+
+static DIR *list(int dirfd)
+{
+	int fd = openat(dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	DIR *d;
+
+	if (fd < 0)
+		return NULL;
+	d = fdopendir(fd);
+	if (!d)
+		close(fd);
+	return d;
+}
+
+static int cmp_dev(const void *x, const void *y)
+{
+	const struct gm_state_device *a = x, *b = y;
+	return (a->index > b->index) - (a->index < b->index);
+}
+
+static int cmp_waiter(const void *x, const void *y)
+{
+	const struct gm_state_waiter *a = x, *b = y;
+	return (a->ticket > b->ticket) - (a->ticket < b->ticket);
+}
+
+static void read_devices(const struct gm__dir *d, struct gm_state *st)
+{
+	DIR *dir = list(d->dev);
+	struct dirent *de;
+
+	if (!dir)
+		return;
+	while ((de = readdir(dir)) != NULL && st->ndevices < GM_MAX_DEVICES) {
+		char *end;
+		long idx = strtol(de->d_name, &end, 10);
+		int fd, who;
+
+		if (*end || end == de->d_name || idx < 0 || idx >= GM_MAX_DEVICES)
+			continue;
+		fd = openat(d->dev, de->d_name,
+			    O_RDONLY | O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC);
+		if (fd < 0)
+			continue;
+		who = gm__probe(fd, F_WRLCK, 0);
+		close(fd);
+		st->devices[st->ndevices].index = (int)idx;
+		st->devices[st->ndevices].lease = -1;
+		st->devices[st->ndevices].state =
+			who == F_RDLCK ? GM_DEV_HELD :
+			who == F_WRLCK ? GM_DEV_GRANTING : GM_DEV_FREE;
+		st->ndevices++;
+	}
+	closedir(dir);
+	qsort(st->devices, (size_t)st->ndevices, sizeof st->devices[0], cmp_dev);
+}
+
+static const char *field(const char *text, const char *key, char *out,
+			 size_t outlen)
+{
+	char pat[32];
+	const char *p;
+	size_t len;
+
+	snprintf(pat, sizeof pat, "\n%s=", key);
+	p = strstr(text, pat);
+	if (!p) {
+		out[0] = '\0';
+		return NULL;
+	}
+	p += strlen(pat);
+	len = strcspn(p, "\n");
+	if (len >= outlen)
+		len = outlen - 1;
+	memcpy(out, p, len);
+	out[len] = '\0';
+	return out;
+}
+
+static int parse_lease(const char *text, struct gm_state_lease *l)
+{
+	char v[GM_CMD_MAX];
+	const char *p = text;
+
+	memset(l, 0, sizeof *l);
+	if (gm__record_parse(text, &l->lease_id, l->devices, &l->ndevices))
+		return -EINVAL;
+	field(text, "job", l->job, sizeof l->job);
+	if (field(text, "uid", v, sizeof v))
+		l->uid = (uid_t)strtoul(v, NULL, 10);
+	if (field(text, "start", v, sizeof v))
+		l->start_ns = strtoll(v, NULL, 10);
+	field(text, "cmd", l->cmd, sizeof l->cmd);
+	while ((p = strstr(p, "\nmember=")) != NULL) {
+		pid_t pid;
+		int dup = 0;
+
+		p += 8;
+		pid = (pid_t)strtol(p, NULL, 10);
+		for (int i = 0; i < l->npids; i++)
+			dup |= l->pids[i] == pid;
+		if (!dup && pid > 0 &&
+		    l->npids < (int)(sizeof l->pids / sizeof l->pids[0]))
+			l->pids[l->npids++] = pid;
+	}
+	return 0;
+}
+
+static int read_leases(const struct gm__dir *d, struct gm_state *st)
+{
+	DIR *dir = list(d->job);
+	struct dirent *de;
+	int cap = 0;
+
+	if (!dir)
+		return 0;
+	while ((de = readdir(dir)) != NULL) {
+		const char *nm = de->d_name;
+		size_t len = strlen(nm);
+		char buf[2048];
+		ssize_t n;
+		int fd;
+		struct gm_state_lease l;
+
+		if (len <= 6 || strcmp(nm + len - 6, ".lease") != 0)
+			continue;
+		fd = openat(d->job, nm, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+		if (fd < 0)
+			continue;
+		n = read(fd, buf, sizeof buf - 1);
+		close(fd);
+		if (n <= 0)
+			continue;
+		buf[n] = '\0';
+		if (parse_lease(buf, &l) ||
+		    !gm__lease_alive(d, l.lease_id, l.devices, l.ndevices))
+			continue;
+		if (st->nleases == cap) {
+			int nc = cap ? cap * 2 : 16;
+			void *nv = realloc(st->leases, (size_t)nc * sizeof l);
+			if (!nv) {
+				closedir(dir);
+				return -ENOMEM;
+			}
+			st->leases = nv;
+			cap = nc;
+		}
+		st->leases[st->nleases++] = l;
+	}
+	closedir(dir);
+	return 0;
+}
+
+static int read_waiters(const struct gm__dir *d, struct gm_state *st)
+{
+	DIR *dir = list(d->queue);
+	struct dirent *de;
+	int cap = 0;
+
+	if (!dir)
+		return 0;
+	while ((de = readdir(dir)) != NULL) {
+		struct gm_state_waiter w;
+		unsigned uid;
+		int pid, fd, live;
+		uint64_t mask;
+		struct stat sb;
+
+		memset(&w, 0, sizeof w);
+		if (gm__ticket_parse(de->d_name, &w.ticket, &uid, &pid,
+				     &w.want, &mask, w.job, sizeof w.job))
+			continue;
+		fd = openat(d->queue, de->d_name,
+			    O_RDONLY | O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC);
+		if (fd < 0)
+			continue;
+		live = gm__probe(fd, F_WRLCK, 0) == F_WRLCK;
+		if (live && fstat(fd, &sb) == 0) {
+			w.uid = sb.st_uid; /* the owner, not the name, says who */
+			w.since_ns = (int64_t)sb.st_ctim.tv_sec * 1000000000 +
+				     sb.st_ctim.tv_nsec;
+		}
+		close(fd);
+		if (!live)
+			continue;
+		(void)uid;
+		w.pid = (pid_t)pid;
+		for (int i = 0; i < GM_MAX_DEVICES; i++)
+			if (mask & (UINT64_C(1) << i))
+				w.devices[w.ndevices++] = i;
+		gm__cmdline(w.pid, w.cmd, sizeof w.cmd);
+		if (st->nwaiters == cap) {
+			int nc = cap ? cap * 2 : 16;
+			void *nv = realloc(st->waiters, (size_t)nc * sizeof w);
+			if (!nv) {
+				closedir(dir);
+				return -ENOMEM;
+			}
+			st->waiters = nv;
+			cap = nc;
+		}
+		st->waiters[st->nwaiters++] = w;
+	}
+	closedir(dir);
+	qsort(st->waiters, (size_t)st->nwaiters, sizeof *st->waiters, cmp_waiter);
+	return 0;
+}
+
+int gm_state_read(const char *lock_dir, struct gm_state *st, char *err,
+		  size_t errlen)
+{
+	struct gm__dir d = { -1, -1, -1, -1 };
+	int rc;
+
+	memset(st, 0, sizeof *st);
+	st->now_ns = gm__real_ns();
+	d.root = open(lock_dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (d.root < 0) {
+		rc = -errno;
+		if (rc == -ENOENT)
+			return gm__fail(rc, err, errlen,
+					"lock directory %s does not exist: no job has used gpumutex here yet",
+					lock_dir);
+		if (rc == -ELOOP)
+			return gm__fail(rc, err, errlen,
+					"%s is a symbolic link; gpumutex refuses to follow it",
+					lock_dir);
+		return gm__fail(rc, err, errlen, "cannot open %s: %s", lock_dir,
+				strerror(-rc));
+	}
+	d.dev = open_sub(d.root, "dev");
+	d.queue = open_sub(d.root, "queue");
+	d.job = open_sub(d.root, "job");
+	if (d.dev >= 0)
+		read_devices(&d, st);
+	rc = d.job >= 0 && d.dev >= 0 ? read_leases(&d, st) : 0;
+	if (!rc && d.queue >= 0)
+		rc = read_waiters(&d, st);
+	gm__dir_close(&d);
+	if (rc) {
+		gm_state_free(st);
+		return gm__fail(rc, err, errlen, "out of memory");
+	}
+	/* Map each held device to the live lease that names it. */
+	for (int i = 0; i < st->ndevices; i++)
+		for (int j = 0; j < st->nleases; j++)
+			for (int k = 0; k < st->leases[j].ndevices; k++)
+				if (st->leases[j].devices[k] == st->devices[i].index &&
+				    st->devices[i].state == GM_DEV_HELD)
+					st->devices[i].lease = j;
+	return 0;
+}
+
+void gm_state_free(struct gm_state *st)
+{
+	free(st->leases);
+	free(st->waiters);
+	st->leases = NULL;
+	st->waiters = NULL;
+	st->nleases = st->nwaiters = 0;
+}
