@@ -20,7 +20,8 @@ LEASE_SAN := $(patsubst src/%.c,$(B)/san/%.o,$(LEASE_SRC))
 TEST_BINS := $(B)/tests/lease-unit $(B)/tests/lease-holder
 SAN_BINS  := $(B)/tests/lease-unit-san $(B)/tests/lease-holder-san
 
-.PHONY: all check check-unit check-san check-py clean lint demo bench
+.PHONY: all check check-unit check-san check-py clean lint demo bench \
+        sanitizer-tests
 all: $(B)/liblease.a $(TEST_BINS)
 
 $(B)/obj/%.o: src/%.c $(LEASE_HDR)
@@ -49,6 +50,8 @@ $(B)/tests/%-san: tests/lease/%.c $(B)/liblease-san.a $(LEASE_HDR)
 
 # Makefile fragments of the other modules (each defines its own targets).
 -include tests/fakecuda/module.mk
+
+sanitizer-tests: $(SAN_BINS)
 
 check-unit: $(B)/tests/lease-unit
 	$(B)/tests/lease-unit

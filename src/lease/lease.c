@@ -450,7 +450,8 @@ static int find_predecessor(struct acq *a, int count, int *ahead)
 		v[n++] = e;
 	}
 	closedir(dir);
-	qsort(v, n, sizeof *v, cmp_entry_desc);
+	if (n > 1)
+		qsort(v, n, sizeof *v, cmp_entry_desc);
 	for (size_t i = 0; i < n; i++) {
 		int fd = openat(a->d.queue, v[i].name,
 				O_RDONLY | O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC);
@@ -601,6 +602,15 @@ static int claim(struct acq *a, struct gm_lease *out)
 	struct pollfd bells[GM_MAX_DEVICES];
 	int rc, nbells, ahead;
 
+	/* Make every candidate's device file now, not only the ones tried,
+	 * so `gpumutex status` lists the whole managed set from the start. */
+	for (int i = 0; i < a->cfg->ndevices; i++) {
+		int fd = gm__dev_open(&a->d, a->cfg->devices[i], O_RDONLY,
+				      a->err, a->errlen);
+		if (fd < 0)
+			return fd;
+		close(fd);
+	}
 	rc = take_ticket(a);
 	if (rc)
 		return rc;
@@ -711,6 +721,18 @@ out:
 	/* Order matters: the ticket goes first (our successor may start),
 	 * then the job lock (our job's other processes may join). */
 	release_ticket(&a);
+	if (rc && a.jobfd >= 0) {
+		/* Giving up leaves nothing behind. We hold the job lock and
+		 * found no live lease, so none can exist: the job's files
+		 * describe nothing (same-job waiters start over, as after a
+		 * cleanup). */
+		char name[GM_JOB_MAX + 48];
+		snprintf(name, sizeof name, "%s.lease", a.jobname);
+		unlinkat(a.d.job, name, 0);
+		snprintf(name, sizeof name, "%s.lease.tmp", a.jobname);
+		unlinkat(a.d.job, name, 0);
+		unlinkat(a.d.job, a.jobname, 0);
+	}
 	if (a.jobfd >= 0) {
 		gm__unlock_all(a.jobfd);
 		close(a.jobfd);

@@ -225,7 +225,8 @@ static int read_waiters(const struct gm__dir *d, struct gm_state *st)
 		st->waiters[st->nwaiters++] = w;
 	}
 	closedir(dir);
-	qsort(st->waiters, (size_t)st->nwaiters, sizeof *st->waiters, cmp_waiter);
+	if (st->nwaiters > 1)
+		qsort(st->waiters, (size_t)st->nwaiters, sizeof *st->waiters, cmp_waiter);
 	return 0;
 }
 

@@ -21,6 +21,7 @@
  *   --wait-fd N       after begin, read fd N until EOF before ending (the
  *                     test decides when we let go, without sleeps)
  *   --ready-fd N      write one byte to fd N once the lease is held
+ *   --waiting-fd N    write one byte to fd N when it starts waiting
  *   --spawn PROG...   after begin, fork+exec PROG with every descriptor
  *                     above 2 closed (as Python's subprocess does), wait
  *                     for it, and exit with its status
@@ -46,6 +47,7 @@
 #include "lease.h"
 
 static int journal = -1;
+static int waiting_fd = -1;
 static char job[GM_JOB_MAX + 1];
 
 static int64_t now_ns(void)
@@ -89,6 +91,12 @@ static void on_wait(void *arg, const struct gm_wait_info *w)
 	jwrite("ev=wait pid=%d job=%s seq=%" PRIu64 " ahead=%d head=%d jobbusy=%d t=%" PRId64,
 	       (int)getpid(), job, w->ticket, w->ahead, w->head, w->job_busy,
 	       now_ns());
+	if (waiting_fd >= 0) {
+		if (write(waiting_fd, "w", 1) != 1)
+			perror("lease-holder: waiting-fd");
+		close(waiting_fd);
+		waiting_fd = -1;
+	}
 }
 
 static void on_granted(void *arg, const struct gm_lease *l)
@@ -186,6 +194,8 @@ int main(int argc, char **argv)
 			wait_fd = atoi(argv[++i]);
 		else if (!strcmp(argv[i], "--ready-fd") && i + 1 < argc)
 			ready_fd = atoi(argv[++i]);
+		else if (!strcmp(argv[i], "--waiting-fd") && i + 1 < argc)
+			waiting_fd = atoi(argv[++i]);
 		else if (!strcmp(argv[i], "--fork-join"))
 			fork_join = 1;
 		else if (!strcmp(argv[i], "--orphan") && i + 1 < argc)
