@@ -103,6 +103,18 @@ int gm__ticket_parse(const char *name, uint64_t *seq, unsigned *uid,
  * members), except `keep`. Best effort, never blocks. */
 void gm__cleanup_jobs(const struct gm__dir *d, const char *keep);
 
+/*
+ * Crash injection for the tests: in a build with GM_TEST_CRASHPOINTS (the
+ * sanitizer test build only, never the shipped library), a process whose
+ * GM_CRASH_AT names the point kills itself there with SIGKILL.
+ */
+#ifdef GM_TEST_CRASHPOINTS
+void gm__crashpoint(const char *name);
+#define GM_CRASHPOINT(name) gm__crashpoint(name)
+#else
+#define GM_CRASHPOINT(name) ((void)0)
+#endif
+
 /* Read this process's command line (NULs as spaces, cut to GM_CMD_MAX). */
 void gm__cmdline(pid_t pid, char *out, size_t outlen);
 

@@ -108,6 +108,7 @@ static int job_lock(struct acq *a)
 			 * FIFO between our open and our lock. */
 			if (gm__still_linked(a->d.job, a->jobname, fd)) {
 				a->jobfd = fd;
+				GM_CRASHPOINT("job-locked");
 				return 0;
 			}
 			close(fd);
@@ -256,9 +257,11 @@ static int join(struct acq *a, const struct record *r, struct gm_lease *out)
 			return fd;
 		}
 		fds[n++] = fd;
-		alive = gm__lock(fd, F_OFD_SETLK, F_RDLCK, 0) == 0 &&
-			gm__probe(fd, F_WRLCK, off) == F_RDLCK &&
-			gm__lock(fd, F_OFD_SETLK, F_RDLCK, off) == 0;
+		alive = gm__lock(fd, F_OFD_SETLK, F_RDLCK, 0) == 0;
+		GM_CRASHPOINT("join-device-locked");
+		alive = alive && gm__probe(fd, F_WRLCK, off) == F_RDLCK;
+		GM_CRASHPOINT("join-checked");
+		alive = alive && gm__lock(fd, F_OFD_SETLK, F_RDLCK, off) == 0;
 	}
 	if (!alive) {
 		drop(fds, n);
@@ -340,6 +343,7 @@ static int take_ticket(struct acq *a)
 		return gm__fail(rc, a->err, a->errlen,
 				"cannot lock queue/seq: %s", strerror(-rc));
 	}
+	GM_CRASHPOINT("counter-locked");
 	n = pread(cfd, buf, sizeof buf - 1, 0);
 	if (n > 0) {
 		buf[n] = '\0';
@@ -373,6 +377,7 @@ static int take_ticket(struct acq *a)
 		}
 		a->ticketfd = fd;
 		a->ticket = seq;
+		GM_CRASHPOINT("ticket-made");
 		n = snprintf(buf, sizeof buf, "%016" PRIx64 "\n", seq + 1);
 		if (pwrite(cfd, buf, (size_t)n, 0) != n) {
 			/* The ticket is made; the next taker finds the name
@@ -513,6 +518,8 @@ static int try_devices(struct acq *a, struct gm_lease *out,
 			close(bell);
 			heldidx[nheld] = c->devices[i];
 			held[nheld++] = fd;
+			if (nheld < c->want)
+				GM_CRASHPOINT("partial-devices");
 			continue;
 		}
 		close(fd);
@@ -581,9 +588,11 @@ static int grant(struct acq *a, struct gm_lease *l)
 					"cannot lock dev/%d: %s", l->devices[i],
 					strerror(-rc));
 	}
+	GM_CRASHPOINT("before-record");
 	rc = record_write(a, l);
 	if (rc)
 		return rc;
+	GM_CRASHPOINT("after-record");
 	for (int i = 0; i < l->ndevices; i++) {
 		rc = gm__lock(l->fds[i], F_OFD_SETLK, F_RDLCK, 0);
 		if (rc)
@@ -623,6 +632,7 @@ static int claim(struct acq *a, struct gm_lease *out)
 					"cannot read queue/: %s", strerror(-pred));
 		if (pred >= 0) {
 			notify_wait(a, ahead, 0, 0);
+			GM_CRASHPOINT("queued");
 			p.fd = pred;
 			rc = gm__wait(&p, 1, a->deadline, a->cfg->recheck_ms);
 			close(pred);
@@ -641,6 +651,7 @@ static int claim(struct acq *a, struct gm_lease *out)
 			if (rc == 1)
 				break;
 			notify_wait(a, 0, 1, 0);
+			GM_CRASHPOINT("head-waiting");
 			rc = gm__wait(bells, nbells, a->deadline,
 				      a->cfg->recheck_ms);
 			for (int j = 0; j < nbells; j++)
@@ -717,6 +728,8 @@ int gm_lease_acquire(const struct gm_config *cfg,
 	rc = claim(&a, out);
 	if (rc == 0 && hooks && hooks->on_granted)
 		hooks->on_granted(hooks->arg, out);
+	if (rc == 0)
+		GM_CRASHPOINT("granted");
 out:
 	/* Order matters: the ticket goes first (our successor may start),
 	 * then the job lock (our job's other processes may join). */

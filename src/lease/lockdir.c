@@ -337,6 +337,16 @@ int gm__wait(struct pollfd *fds, int n, int64_t deadline_ns, int recheck_ms)
 	}
 }
 
+#ifdef GM_TEST_CRASHPOINTS
+#include <signal.h>
+void gm__crashpoint(const char *name)
+{
+	const char *at = getenv("GM_CRASH_AT");
+	if (at && strcmp(at, name) == 0)
+		kill(getpid(), SIGKILL);
+}
+#endif
+
 void gm__cmdline(pid_t pid, char *out, size_t outlen)
 {
 	char path[64];
@@ -364,4 +374,30 @@ void gm__cmdline(pid_t pid, char *out, size_t outlen)
 			out[i] = '?';
 	}
 	out[len] = '\0';
+}
+
+int gm_lockdir_prepare(const struct gm_config *cfg, char *err, size_t errlen)
+{
+	struct gm__dir d;
+	int rc = gm__dir_open(cfg->lock_dir, 1, &d, err, errlen);
+
+	if (rc)
+		return rc;
+	for (int i = 0; i < cfg->ndevices && rc == 0; i++) {
+		int fd = gm__dev_open(&d, cfg->devices[i], O_RDONLY, err, errlen);
+		if (fd < 0)
+			rc = fd;
+		else
+			close(fd);
+	}
+	if (rc == 0) {
+		int fd = gm__open(d.queue, "ticket counter queue/seq", "seq",
+				  O_RDONLY, 0, 0666, err, errlen);
+		if (fd < 0)
+			rc = fd;
+		else
+			close(fd);
+	}
+	gm__dir_close(&d);
+	return rc;
 }
