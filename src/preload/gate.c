@@ -1,0 +1,403 @@
+/*
+ * gate.c - the once-per-process acquire in front of the real cuInit.
+ *
+ * State machine, one per process:
+ *   NEW -> BUSY (one thread decides; others block on gate_lock)
+ *       -> OPEN (go on to the real cuInit: lease held, not configured, or
+ *                no GPU wanted)
+ *       -> SHUT (fail closed; gate_code is returned from every cuInit).
+ * OPEN and SHUT are final and read with one atomic load, so later cuInit
+ * calls cost nothing. The lease's descriptors live in gate_lease and are
+ * never closed: the lease is the process's until it exits (the driver owns
+ * the GPU until then), so there is no exit handler either.
+ *
+ * fork: a child inherits the state. After OPEN it shares the lease's open
+ * file descriptions, so it is a member of the lease for as long as it
+ * lives, and its cuInit returns at once. A child forked while another
+ * thread was in BUSY starts again from NEW (see atfork_child).
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "gate.h"
+#include "lease.h"
+#include "pyenv.h"
+
+enum { ST_NEW, ST_BUSY, ST_OPEN, ST_SHUT };
+
+static pthread_mutex_t gate_lock = PTHREAD_MUTEX_INITIALIZER;
+static int gate_state;
+static int gate_code;
+static int gate_atfork;
+static struct gm_lease gate_lease;
+static __attribute__((tls_model("initial-exec"))) _Thread_local int gate_in;
+
+/* Values handed to Python; written once, before they are published. */
+static char env_cvd[GM_MAX_DEVICES * 4];
+static char env_job[GM_JOB_MAX + 1];
+
+void gmp_say(const char *fmt, ...)
+{
+	char line[2048];
+	int saved = errno, n;
+	size_t len;
+	va_list ap;
+
+	memcpy(line, "gpumutex: ", 10);
+	va_start(ap, fmt);
+	n = vsnprintf(line + 10, sizeof line - 11, fmt, ap);
+	va_end(ap);
+	if (n < 0)
+		n = 0;
+	len = 10 + ((size_t)n < sizeof line - 12 ? (size_t)n : sizeof line - 12);
+	line[len++] = '\n';
+	/* One write: lines from processes that share the terminal do not
+	 * interleave mid-line. */
+	while (write(2, line, len) < 0 && errno == EINTR)
+		;
+	errno = saved;
+}
+
+int gmp_gate_busy(void)
+{
+	return gate_in;
+}
+
+static void list_format(char *buf, size_t len, const int *v, int n)
+{
+	size_t off = 0;
+
+	buf[0] = '\0';
+	for (int i = 0; i < n && off < len; i++)
+		off += (size_t)snprintf(buf + off, len - off, "%s%d",
+					i ? "," : "", v[i]);
+}
+
+/* ---- The waiting message ------------------------------------------------ */
+
+struct wait_ctx {
+	const struct gm_config *cfg;
+};
+
+static void append(char *buf, size_t len, size_t *off, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
+static void append(char *buf, size_t len, size_t *off, const char *fmt, ...)
+{
+	va_list ap;
+	int n;
+
+	if (*off >= len)
+		return;
+	va_start(ap, fmt);
+	n = vsnprintf(buf + *off, len - *off, fmt, ap);
+	va_end(ap);
+	if (n > 0)
+		*off = *off + (size_t)n < len ? *off + (size_t)n : len - 1;
+}
+
+static void duration_format(char *buf, size_t len, int64_t ns)
+{
+	long s = ns > 0 ? (long)(ns / 1000000000) : 0;
+
+	if (s >= 3600)
+		snprintf(buf, len, "%ldh%02ldm", s / 3600, s / 60 % 60);
+	else if (s >= 60)
+		snprintf(buf, len, "%ldm%02lds", s / 60, s % 60);
+	else
+		snprintf(buf, len, "%lds", s);
+}
+
+/* A command line for a one-line message: no control characters, cut. */
+static void cmd_format(char *buf, size_t len, const char *cmd)
+{
+	size_t i = 0;
+
+	for (; cmd[i] && i + 1 < len; i++)
+		buf[i] = (unsigned char)cmd[i] < 0x20 || cmd[i] == 0x7f ?
+			' ' : cmd[i];
+	buf[i] = '\0';
+	if (cmd[i] && len > 4)
+		memcpy(buf + len - 4, "...", 4);
+}
+
+/*
+ * gm_acquire_hooks.on_wait: called once, when this process first has to
+ * wait. Says in one line what it waits for, its place, and who holds the
+ * GPUs, from a lock-free snapshot of the lock directory.
+ */
+static void on_wait(void *arg, const struct gm_wait_info *w)
+{
+	const struct gm_config *cfg = ((struct wait_ctx *)arg)->cfg;
+	char line[1400], list[GM_MAX_DEVICES * 4], err[GM_ERR_MAX];
+	size_t off = 0;
+	struct gm_state st;
+	int holders = 0;
+
+	if (cfg->quiet)
+		return;
+	list_format(list, sizeof list, cfg->devices, cfg->ndevices);
+	append(line, sizeof line, &off,
+	       "pid %d waits for %d GPU%s of %s (job %s, ", (int)getpid(),
+	       cfg->want, cfg->want == 1 ? "" : "s", list, cfg->job);
+	if (w->job_busy)
+		append(line, sizeof line, &off,
+		       "another process of this job is taking the lease)");
+	else if (w->head)
+		append(line, sizeof line, &off, "next in line)");
+	else
+		append(line, sizeof line, &off, "place %d in line)",
+		       w->ahead + 1);
+	if (gm_state_read(cfg->lock_dir, &st, err, sizeof err) == 0) {
+		for (int i = 0; i < st.nleases && off < sizeof line - 200; i++) {
+			const struct gm_state_lease *l = &st.leases[i];
+			char devs[GM_MAX_DEVICES * 4], cmd[64], dur[32];
+			int hit = 0;
+
+			for (int a = 0; a < l->ndevices; a++)
+				for (int b = 0; b < cfg->ndevices; b++)
+					hit |= l->devices[a] == cfg->devices[b];
+			if (!hit || strcmp(l->job, cfg->job) == 0)
+				continue;
+			list_format(devs, sizeof devs, l->devices, l->ndevices);
+			cmd_format(cmd, sizeof cmd, l->cmd);
+			duration_format(dur, sizeof dur, st.now_ns - l->start_ns);
+			append(line, sizeof line, &off,
+			       "; GPU%s %s held by job %s (pid %d%s, '%s', for %s)",
+			       l->ndevices == 1 ? "" : "s",
+			       devs, l->job, l->npids ? (int)l->pids[0] : 0,
+			       l->npids > 1 ? " and others" : "", cmd, dur);
+			holders++;
+		}
+		gm_state_free(&st);
+	}
+	if (!holders)
+		append(line, sizeof line, &off, "; GPUs %s are busy", list);
+	append(line, sizeof line, &off, "; GPUMUTEX_QUIET=1 hides this line");
+	gmp_say("%s", line);
+}
+
+/* ---- CUDA_VISIBLE_DEVICES the process already had ------------------------- */
+
+static int is_index(const char *s, size_t n)
+{
+	if (n == 0 || n > 4)
+		return 0;
+	for (size_t i = 0; i < n; i++)
+		if (s[i] < '0' || s[i] > '9')
+			return 0;
+	return 1;
+}
+
+/*
+ * Narrow cfg's candidates to the GPUs an inherited CUDA_VISIBLE_DEVICES
+ * allows. Forms:
+ *   "" or "-1" (or a list whose first entry is -1)  no GPU wanted: 1;
+ *   plain indices "2,0"  candidates = the managed GPUs listed, in managed
+ *                        order; an entry "-1" ends the list, as it does
+ *                        for the driver;
+ *   GPU-/MIG- UUIDs, anything else  not supported: -EINVAL.
+ * Returns 0 (cfg narrowed), 1, or -EINVAL with a message in err.
+ */
+static int narrow(struct gm_config *cfg, const char *cvd, char *err,
+		  size_t errlen)
+{
+	uint64_t listed = 0;
+	int n = 0, any = 0;
+	const char *p = cvd;
+	char managed[GM_MAX_DEVICES * 4];
+
+	for (;;) {
+		const char *e = strchr(p, ',');
+		size_t len;
+
+		if (!e)
+			e = p + strlen(p);
+		while (p < e && (*p == ' ' || *p == '\t'))
+			p++;
+		len = (size_t)(e - p);
+		while (len && (p[len - 1] == ' ' || p[len - 1] == '\t'))
+			len--;
+		if (len == 0 && !any && !*e)
+			return 1; /* "" */
+		if (len == 2 && memcmp(p, "-1", 2) == 0)
+			break;
+		if (len > 4 && (memcmp(p, "GPU-", 4) == 0 ||
+				memcmp(p, "MIG-", 4) == 0)) {
+			snprintf(err, errlen,
+				 "CUDA_VISIBLE_DEVICES=\"%s\" names a GPU by UUID, which gpumutex does not support; use GPU indices (as in GPUMUTEX_VISIBLE_DEVICES) or unset it",
+				 cvd);
+			return -EINVAL;
+		}
+		if (!is_index(p, len)) {
+			snprintf(err, errlen,
+				 "CUDA_VISIBLE_DEVICES=\"%s\" is not a list of GPU indices; use indices such as \"0,1\", \"\" or \"-1\" for no GPU, or unset it",
+				 cvd);
+			return -EINVAL;
+		}
+		{
+			int v = atoi(p);
+			if (v < GM_MAX_DEVICES)
+				listed |= UINT64_C(1) << v;
+		}
+		any = 1;
+		if (!*e)
+			break;
+		p = e + 1;
+	}
+	if (!any)
+		return 1; /* "-1" first: no GPU wanted */
+	list_format(managed, sizeof managed, cfg->devices, cfg->ndevices);
+	for (int i = 0; i < cfg->ndevices; i++)
+		if (listed & (UINT64_C(1) << cfg->devices[i]))
+			cfg->devices[n++] = cfg->devices[i];
+	if (n == 0) {
+		snprintf(err, errlen,
+			 "CUDA_VISIBLE_DEVICES=\"%s\" names none of the GPUs gpumutex manages (GPUMUTEX_VISIBLE_DEVICES=\"%s\"); unset it or list managed GPUs",
+			 cvd, managed);
+		return -EINVAL;
+	}
+	if (n < cfg->want) {
+		snprintf(err, errlen,
+			 "CUDA_VISIBLE_DEVICES=\"%s\" leaves %d of the managed GPUs (GPUMUTEX_VISIBLE_DEVICES=\"%s\"), fewer than GPUMUTEX_NUM_DEVICES=%d",
+			 cvd, n, managed, cfg->want);
+		return -EINVAL;
+	}
+	cfg->ndevices = n;
+	return 0;
+}
+
+/* ---- The gate ----------------------------------------------------------------- */
+
+/*
+ * A child forked while another thread of the parent is in BUSY inherits a
+ * locked gate_lock whose owner does not exist in the child: start over,
+ * so the child's own cuInit decides for itself (it joins the lease through
+ * GPUMUTEX_JOB, which the parent set before it started waiting).
+ */
+static void atfork_child(void)
+{
+	if (__atomic_load_n(&gate_state, __ATOMIC_ACQUIRE) == ST_BUSY) {
+		pthread_mutex_t fresh = PTHREAD_MUTEX_INITIALIZER;
+		memcpy(&gate_lock, &fresh, sizeof fresh);
+		__atomic_store_n(&gate_state, ST_NEW, __ATOMIC_RELEASE);
+	}
+}
+
+/*
+ * Decide, and take the lease when configured. Returns 0 (OPEN) or the
+ * CUDA error (SHUT). Sets *py when os.environ needs updating.
+ */
+static int gate_run(int *py)
+{
+	struct gm_config cfg;
+	struct gm_acquire_hooks hooks;
+	struct wait_ctx ctx;
+	char err[GM_ERR_MAX];
+	const char *cvd;
+	int rc;
+
+	rc = gm_config_from_env(&cfg, err, sizeof err);
+	if (rc == 1)
+		return 0; /* not configured: pass through */
+	if (rc < 0) {
+		gmp_say("%s; cuInit fails (CUDA_ERROR_INVALID_VALUE) so that no GPU is used outside the queue",
+			err);
+		return GMP_CUDA_ERROR_INVALID_VALUE;
+	}
+	cvd = getenv("CUDA_VISIBLE_DEVICES");
+	if (cvd) {
+		rc = narrow(&cfg, cvd, err, sizeof err);
+		if (rc == 1)
+			return 0; /* no GPU wanted: no lease, no wait */
+		if (rc < 0) {
+			gmp_say("%s; cuInit fails (CUDA_ERROR_INVALID_VALUE) so that no GPU is used outside the queue",
+				err);
+			return GMP_CUDA_ERROR_INVALID_VALUE;
+		}
+	}
+	/* The job id goes into the environment before anything can wait or
+	 * start a child: children then join this lease, not queue behind
+	 * their own parent. */
+	if (!cfg.job[0]) {
+		gm_job_generate(cfg.job);
+		setenv("GPUMUTEX_JOB", cfg.job, 1);
+	}
+	snprintf(env_job, sizeof env_job, "%s", cfg.job);
+	*py = 1;
+
+	ctx.cfg = &cfg;
+	memset(&hooks, 0, sizeof hooks);
+	hooks.on_wait = on_wait;
+	hooks.arg = &ctx;
+	rc = gm_lease_acquire(&cfg, &hooks, &gate_lease, err, sizeof err);
+	if (rc == -ETIMEDOUT) {
+		gmp_say("%s; cuInit returns CUDA_ERROR_NO_DEVICE", err);
+		return GMP_CUDA_ERROR_NO_DEVICE;
+	}
+	if (rc) {
+		gmp_say("cannot queue for a GPU in GPUMUTEX_LOCK_DIR=\"%s\": %s; cuInit fails (CUDA_ERROR_NO_DEVICE) so that no GPU is used outside the queue",
+			cfg.lock_dir, err);
+		return GMP_CUDA_ERROR_NO_DEVICE;
+	}
+	/* PCI_BUS_ID: CUDA's default order (fastest first) can differ
+	 * between machines' GPUs, and an index must mean the same GPU in
+	 * every process. */
+	list_format(env_cvd, sizeof env_cvd, gate_lease.devices,
+		    gate_lease.ndevices);
+	setenv("CUDA_VISIBLE_DEVICES", env_cvd, 1);
+	setenv("CUDA_DEVICE_ORDER", "PCI_BUS_ID", 1);
+	return 0;
+}
+
+int gmp_gate(void)
+{
+	static const char *const keys[] = { "GPUMUTEX_JOB",
+					     "CUDA_VISIBLE_DEVICES",
+					     "CUDA_DEVICE_ORDER" };
+	const char *values[3] = { NULL, NULL, NULL };
+	int saved = errno, st, code, py = 0;
+
+	st = __atomic_load_n(&gate_state, __ATOMIC_ACQUIRE);
+	if (st == ST_OPEN)
+		return 0;
+	if (st == ST_SHUT)
+		return gate_code;
+	pthread_mutex_lock(&gate_lock);
+	st = __atomic_load_n(&gate_state, __ATOMIC_ACQUIRE);
+	if (st == ST_OPEN || st == ST_SHUT) {
+		pthread_mutex_unlock(&gate_lock);
+		return st == ST_OPEN ? 0 : gate_code;
+	}
+	if (!gate_atfork) {
+		gate_atfork = 1;
+		pthread_atfork(NULL, NULL, atfork_child);
+	}
+	__atomic_store_n(&gate_state, ST_BUSY, __ATOMIC_RELEASE);
+	gate_in = 1;
+	code = gate_run(&py);
+	gate_in = 0;
+	gate_code = code;
+	__atomic_store_n(&gate_state, code ? ST_SHUT : ST_OPEN,
+			 __ATOMIC_RELEASE);
+	pthread_mutex_unlock(&gate_lock);
+
+	/* After the unlock: updating os.environ may run Python code, which
+	 * may switch to a thread that holds the GIL and is blocked on
+	 * gate_lock in its own cuInit. */
+	if (py) {
+		values[0] = env_job;
+		if (env_cvd[0]) {
+			values[1] = env_cvd;
+			values[2] = "PCI_BUS_ID";
+		}
+		gmp_pyenv_update(keys, values, 3);
+	}
+	errno = saved;
+	return code;
+}

@@ -1,0 +1,134 @@
+# src/preload/module.mk - the preload library, gpumutex-run, and the helper
+# programs of tests/test_preload*.py.
+#
+# Included by the top-level Makefile (`-include src/preload/module.mk`),
+# which defines CC, WARN, CFLAGS, B, LEASE_HDR and builds $(B)/liblease.a.
+#
+# Targets:
+#   preload                    $(B)/libgpumutex.so and $(B)/gpumutex-run (phony)
+#   $(B)/libgpumutex.so        the preload library (SONAME libgpumutex.so)
+#   $(B)/gpumutex-run          the CLI
+#   preload-tests              C helpers of the tests, in $(B)/tests/preload
+#                              (needs the fake driver: `make fakecuda`)
+#   preload-nvcc               the same probe built by nvcc, static and shared
+#                              cudart (needs /usr/local/cuda/bin/nvcc)
+
+PRELOAD_SAVED_GOAL := $(.DEFAULT_GOAL)
+
+PRELOAD_SRC     := $(wildcard src/preload/*.c)
+PRELOAD_HDR     := $(wildcard src/preload/*.h)
+PRELOAD_OBJ     := $(patsubst src/%.c,$(B)/obj/%.o,$(PRELOAD_SRC))
+PRELOAD_CFLAGS   = $(WARN) $(CFLAGS) -fPIC -fvisibility=hidden -Isrc/lease
+PRELOAD_LDFLAGS := -shared -Wl,-soname,libgpumutex.so \
+                   -Wl,--version-script=src/preload/exports.map -Wl,-z,defs
+# libdl.so.2 holds dlopen & co. before glibc 2.34 and is an empty stub
+# after; it stays in DT_NEEDED so that a library built here loads on an older
+# glibc (see src/preload/compat.h). Nothing needs libpthread on either.
+PRELOAD_LIBS    := -Wl,--no-as-needed -l:libdl.so.2 -Wl,--as-needed -lpthread
+PRELOAD_LIB     := $(B)/libgpumutex.so
+PRELOAD_RUN     := $(B)/gpumutex-run
+PRELOAD_CLI_OBJ := $(B)/obj/cli/run.o $(B)/obj/cli/gpumutex-run.o
+
+.PHONY: preload preload-tests preload-nvcc
+preload: $(PRELOAD_LIB) $(PRELOAD_RUN)
+
+$(B)/obj/preload/%.o: src/preload/%.c $(PRELOAD_HDR) $(LEASE_HDR)
+	@mkdir -p $(dir $@)
+	$(CC) $(PRELOAD_CFLAGS) -c -o $@ $<
+
+$(PRELOAD_LIB): $(PRELOAD_OBJ) $(B)/liblease.a src/preload/exports.map
+	$(CC) $(CFLAGS) $(PRELOAD_LDFLAGS) -o $@ $(PRELOAD_OBJ) $(B)/liblease.a \
+	    $(PRELOAD_LIBS)
+
+$(B)/obj/cli/%.o: src/cli/%.c src/cli/run.h $(LEASE_HDR)
+	@mkdir -p $(dir $@)
+	$(CC) $(WARN) $(CFLAGS) -Isrc/lease -c -o $@ $<
+
+$(PRELOAD_RUN): $(PRELOAD_CLI_OBJ) $(B)/liblease.a
+	$(CC) $(CFLAGS) -o $@ $(PRELOAD_CLI_OBJ) $(B)/liblease.a
+
+# ---- Test helpers -----------------------------------------------------------
+
+PRELOAD_T     := $(B)/tests/preload
+PRELOAD_TSRC  := tests/preload
+PRELOAD_FAKE  := $(B)/tests/fakecuda
+PRELOAD_TCC    = $(CC) $(WARN) $(CFLAGS)
+PRELOAD_TESTS := $(PRELOAD_T)/cuprobe $(PRELOAD_T)/culinked \
+                 $(PRELOAD_T)/nextprobe $(PRELOAD_T)/cunames \
+                 $(PRELOAD_T)/libgilhold.so $(PRELOAD_T)/vcuda/libcuda.so.1 \
+                 $(PRELOAD_T)/nogpa/libcuda.so.1
+
+preload-tests: $(PRELOAD_TESTS)
+
+$(PRELOAD_T)/cuprobe: $(PRELOAD_TSRC)/cuprobe.c
+	@mkdir -p $(@D)
+	$(PRELOAD_TCC) -o $@ $< -ldl -lpthread
+
+# Linked with -lcuda against the fake driver: the PLT path.
+$(PRELOAD_T)/culinked: $(PRELOAD_TSRC)/culinked.c $(PRELOAD_FAKE)/libcuda.so
+	@mkdir -p $(@D)
+	$(PRELOAD_TCC) -o $@ $< -L$(PRELOAD_FAKE) -lcuda \
+	    -Wl,-rpath,'$$ORIGIN/../fakecuda'
+
+$(PRELOAD_T)/libnextshim.so: $(PRELOAD_TSRC)/nextshim.c
+	@mkdir -p $(@D)
+	$(CC) -std=c11 -Wall -Wextra -Werror $(CFLAGS) -fPIC -shared \
+	    -Wl,-soname,libnextshim.so -o $@ $< -ldl
+
+$(PRELOAD_T)/libnexttwo.so: $(PRELOAD_TSRC)/nexttwo.c
+	@mkdir -p $(@D)
+	$(PRELOAD_TCC) -fPIC -shared -Wl,-soname,libnexttwo.so -o $@ $<
+
+$(PRELOAD_T)/nextprobe: $(PRELOAD_TSRC)/nextprobe.c $(PRELOAD_T)/libnextshim.so \
+                        $(PRELOAD_T)/libnexttwo.so
+	$(PRELOAD_TCC) -o $@ $< -L$(PRELOAD_T) -Wl,--no-as-needed -lnextshim \
+	    -lnexttwo -Wl,-rpath,'$$ORIGIN' -ldl
+
+$(PRELOAD_T)/libcunames.so: $(PRELOAD_TSRC)/cunames-lib.c
+	@mkdir -p $(@D)
+	$(PRELOAD_TCC) -fPIC -shared -Wl,-soname,libcunames.so -o $@ $<
+
+$(PRELOAD_T)/cunames: $(PRELOAD_TSRC)/cunames.c $(PRELOAD_T)/libcunames.so
+	$(PRELOAD_TCC) -o $@ $< -L$(PRELOAD_T) -Wl,--no-as-needed -lcunames \
+	    -Wl,-rpath,'$$ORIGIN' -ldl
+
+# Not linked with libpython: loaded by ctypes.PyDLL, it finds the driver
+# with dlopen like everything else.
+$(PRELOAD_T)/libgilhold.so: $(PRELOAD_TSRC)/gilhold.c
+	@mkdir -p $(@D)
+	$(PRELOAD_TCC) -fPIC -shared -o $@ $< -ldl -lpthread
+
+# The fake driver again, with its names under a symbol version, so that
+# dlvsym(h, "cuInit", "CUDA_TEST_1") can find the driver's cuInit.
+$(PRELOAD_T)/vcuda/libcuda.so.1: $(PRELOAD_FAKE)/fakecuda.o \
+                                 $(PRELOAD_FAKE)/stubs.o \
+                                 $(PRELOAD_TSRC)/vcuda.map
+	@mkdir -p $(@D)
+	$(CC) -shared -pthread -Wl,-soname,libcuda.so.1 -Wl,-Bsymbolic \
+	    -Wl,--version-script=$(PRELOAD_TSRC)/vcuda.map -o $@ \
+	    $(PRELOAD_FAKE)/fakecuda.o $(PRELOAD_FAKE)/stubs.o -ldl -lpthread
+
+# And without cuGetProcAddress*: the CUDA runtime's dlsym fallback. (The
+# fake's FAKECUDA_NO_GETPROCADDRESS=1 makes the functions fail, but CUDA
+# 13's cudart then gives up before cuInit instead of falling back.)
+$(PRELOAD_T)/nogpa/libcuda.so.1: $(PRELOAD_FAKE)/fakecuda.o \
+                                 $(PRELOAD_FAKE)/stubs.o \
+                                 $(PRELOAD_TSRC)/nogpa.map
+	@mkdir -p $(@D)
+	$(CC) -shared -pthread -Wl,-soname,libcuda.so.1 -Wl,-Bsymbolic \
+	    -Wl,--version-script=$(PRELOAD_TSRC)/nogpa.map -o $@ \
+	    $(PRELOAD_FAKE)/fakecuda.o $(PRELOAD_FAKE)/stubs.o -ldl -lpthread
+
+PRELOAD_NVCC ?= /usr/local/cuda/bin/nvcc
+preload-nvcc: $(PRELOAD_T)/cudart-static $(PRELOAD_T)/cudart-shared
+
+$(PRELOAD_T)/cudart-static: $(PRELOAD_TSRC)/cudart_probe.cu
+	@mkdir -p $(@D)
+	$(PRELOAD_NVCC) -o $@ $<
+
+$(PRELOAD_T)/cudart-shared: $(PRELOAD_TSRC)/cudart_probe.cu
+	@mkdir -p $(@D)
+	$(PRELOAD_NVCC) --cudart shared -o $@ $< \
+	    -Xlinker -rpath -Xlinker $(dir $(PRELOAD_NVCC))../lib64
+
+.DEFAULT_GOAL := $(PRELOAD_SAVED_GOAL)
