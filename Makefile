@@ -22,9 +22,13 @@ LEASE_SAN := $(patsubst src/%.c,$(B)/san/%.o,$(LEASE_SRC))
 TEST_BINS := $(B)/tests/lease-unit $(B)/tests/lease-holder
 SAN_BINS  := $(B)/tests/lease-unit-san $(B)/tests/lease-holder-san
 
+CLI_SRC := src/cli/gpumutex.c src/cli/status.c src/cli/run.c
+CLI_HDR := $(wildcard src/cli/*.h)
+
 .PHONY: all check check-unit check-san check-py clean lint demo bench \
         sanitizer-tests
-all: $(B)/liblease.a $(TEST_BINS)
+all: $(B)/liblease.a $(TEST_BINS) $(B)/gpumutex $(B)/libgpumutex.so \
+     $(B)/gpumutex-run
 
 $(B)/obj/%.o: src/%.c $(LEASE_HDR)
 	@mkdir -p $(dir $@)
@@ -33,6 +37,10 @@ $(B)/obj/%.o: src/%.c $(LEASE_HDR)
 $(B)/san/%.o: src/%.c $(LEASE_HDR)
 	@mkdir -p $(dir $@)
 	$(CC) $(WARN) $(SAN_FLAGS) -Isrc/lease -c -o $@ $<
+
+$(B)/gpumutex: $(CLI_SRC) $(CLI_HDR) $(B)/liblease.a
+	@mkdir -p $(dir $@)
+	$(CC) $(WARN) $(CFLAGS) -Isrc/lease -Isrc/cli -o $@ $(CLI_SRC) $(B)/liblease.a
 
 $(B)/liblease.a: $(LEASE_OBJ)
 	@rm -f $@
@@ -52,6 +60,7 @@ $(B)/tests/%-san: tests/lease/%.c $(B)/liblease-san.a $(LEASE_HDR)
 
 # Makefile fragments of the other modules (each defines its own targets).
 -include tests/fakecuda/module.mk
+-include src/preload/module.mk
 
 sanitizer-tests: $(SAN_BINS)
 
@@ -68,6 +77,13 @@ check: check-unit check-san check-py
 
 demo: all
 	$(PYTHON) demo/demo.py
+
+$(B)/bench/%: bench/%.c $(B)/liblease.a $(LEASE_HDR)
+	@mkdir -p $(dir $@)
+	$(CC) $(WARN) $(CFLAGS) -Isrc/lease -o $@ $< $(B)/liblease.a
+
+bench: all $(B)/bench/handoff
+	$(PYTHON) bench/bench.py
 
 lint:
 	cppcheck --quiet --error-exitcode=1 --enable=warning,portability \

@@ -69,6 +69,10 @@ void gm__unlock_all(int fd);
  * other open file description? Returns F_UNLCK, F_RDLCK, F_WRLCK or -errno. */
 int gm__probe(int fd, short type, int64_t start);
 
+/* fstat/fstatat through the system call (see lockdir.c for why). */
+int gm__fstat(int fd, struct stat *st);
+int gm__fstatat(int dirfd, const char *name, struct stat *st, int flags);
+
 /* 1 if `fd` is still the file called `name` in `dirfd`, else 0. */
 int gm__still_linked(int dirfd, const char *name, int fd);
 

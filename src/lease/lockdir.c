@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -29,7 +30,7 @@ static int check_dir(int fd, const char *path, char *err, size_t errlen)
 	struct stat st;
 	uid_t me = geteuid();
 
-	if (fstat(fd, &st) < 0)
+	if (gm__fstat(fd, &st) < 0)
 		return gm__fail(-errno, err, errlen, "cannot stat %s: %s",
 				path, strerror(errno));
 	if (!S_ISDIR(st.st_mode))
@@ -63,8 +64,8 @@ static int open_dir(int parent, const char *name, const char *path,
 		if (errno == ENOTDIR || errno == ELOOP) {
 			/* O_DIRECTORY|O_NOFOLLOW says ENOTDIR for a symlink. */
 			struct stat st;
-			int r = parent < 0 ? lstat(name, &st) :
-				fstatat(parent, name, &st, AT_SYMLINK_NOFOLLOW);
+			int r = gm__fstatat(parent < 0 ? AT_FDCWD : parent,
+					    name, &st, AT_SYMLINK_NOFOLLOW);
 			if (r == 0 && S_ISLNK(st.st_mode))
 				return gm__fail(-ELOOP, err, errlen,
 						"%s is a symbolic link; gpumutex refuses to follow it (set GPUMUTEX_LOCK_DIR to a real directory)",
@@ -141,7 +142,7 @@ static int check_file(int fd, const char *what, int fifo, int flags,
 {
 	struct stat st;
 
-	if (fstat(fd, &st) < 0)
+	if (gm__fstat(fd, &st) < 0)
 		return gm__fail(-errno, err, errlen, "cannot stat %s: %s",
 				what, strerror(errno));
 	if (fifo ? !S_ISFIFO(st.st_mode) : !S_ISREG(st.st_mode))
@@ -286,12 +287,27 @@ int gm__probe(int fd, short type, int64_t start)
 	return fl.l_type;
 }
 
+/* fstat, fstatat and lstat became real glibc functions (GLIBC_2.33) only
+ * recently; before, they were inline wrappers of __fxstat and friends. The
+ * system call is the same everywhere and, on Linux's 64-bit ABIs, fills
+ * the same struct stat, so call it directly and keep the library loadable
+ * on old glibc (tools/gate.sh). */
+int gm__fstatat(int dirfd, const char *name, struct stat *st, int flags)
+{
+	return (int)syscall(SYS_newfstatat, dirfd, name, st, flags);
+}
+
+int gm__fstat(int fd, struct stat *st)
+{
+	return gm__fstatat(fd, "", st, AT_EMPTY_PATH);
+}
+
 int gm__still_linked(int dirfd, const char *name, int fd)
 {
 	struct stat a, b;
 
-	if (fstat(fd, &a) < 0 ||
-	    fstatat(dirfd, name, &b, AT_SYMLINK_NOFOLLOW) < 0)
+	if (gm__fstat(fd, &a) < 0 ||
+	    gm__fstatat(dirfd, name, &b, AT_SYMLINK_NOFOLLOW) < 0)
 		return 0;
 	return a.st_dev == b.st_dev && a.st_ino == b.st_ino;
 }

@@ -198,7 +198,7 @@ static int read_waiters(const struct gm__dir *d, struct gm_state *st)
 		if (fd < 0)
 			continue;
 		live = gm__probe(fd, F_WRLCK, 0) == F_WRLCK;
-		if (live && fstat(fd, &sb) == 0) {
+		if (live && gm__fstat(fd, &sb) == 0) {
 			w.uid = sb.st_uid; /* the owner, not the name, says who */
 			w.since_ns = (int64_t)sb.st_ctim.tv_sec * 1000000000 +
 				     sb.st_ctim.tv_nsec;

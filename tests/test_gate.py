@@ -1,0 +1,94 @@
+"""The load gate (tools/gate.sh) must pass a clean library and fail each
+deliberately bad build, naming the property that failed."""
+
+import os
+import subprocess
+
+import pytest
+
+from conftest import REPO
+
+GATE = os.path.join(REPO, "tools", "gate.sh")
+
+GOOD_C = r"""
+int cuInit(unsigned f) { (void)f; return 0; }
+int dlsym_like_helper(void);
+"""
+
+VERSION_SCRIPT = "{ global: cuInit; local: *; };\n"
+
+
+def build(tmp, name, source, extra=()):
+    src = tmp / f"{name}.c"
+    src.write_text(source)
+    vs = tmp / "exports.map"
+    vs.write_text(VERSION_SCRIPT)
+    out = tmp / f"{name}.so"
+    subprocess.run(["cc", "-shared", "-fPIC", "-o", str(out), str(src),
+                    "-Wl,-soname," + name + ".so",
+                    "-Wl,--version-script=" + str(vs), *extra], check=True)
+    return str(out)
+
+
+def gate(lib, tmp, exports=("cuInit",)):
+    lst = tmp / "exports.list"
+    lst.write_text("# documented exports\n" + "\n".join(exports) + "\n")
+    return subprocess.run(["bash", GATE, lib, str(lst)], capture_output=True,
+                          text=True)
+
+
+def test_clean_library_passes(tmp_path):
+    r = gate(build(tmp_path, "good", GOOD_C), tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "gate: ok" in r.stdout
+
+
+@pytest.mark.parametrize("case,extra,source,message", [
+    ("cxx", ["-Wl,--no-as-needed", "-lstdc++"], GOOD_C, "NEEDED libstdc++"),
+    ("runpath", ["-Wl,-rpath,/opt/x", "-Wl,--enable-new-dtags"], GOOD_C,
+     "RUNPATH"),
+    ("rpath", ["-Wl,-rpath,/opt/x", "-Wl,--disable-new-dtags"], GOOD_C,
+     "RPATH"),
+    ("newsym", [], GOOD_C + r"""
+#include <sys/stat.h>
+int cuGetProcAddress(void) { struct stat s; return fstat(0, &s); }
+""", "newer than GLIBC_2.17"),
+    ("libm", ["-Wl,--no-as-needed", "-lm"], GOOD_C, "NEEDED libm.so.6"),
+])
+def test_bad_builds_fail(tmp_path, case, extra, source, message):
+    if case == "newsym":
+        # fstat is a real function only since glibc 2.33; on an older build
+        # machine this case cannot be made, and says so.
+        libc = subprocess.run(["ldd", "--version"], capture_output=True,
+                              text=True).stdout.split("\n")[0]
+        if float(libc.split()[-1]) < 2.33:
+            pytest.skip(f"build machine glibc too old to make the case: {libc}")
+    lib = build(tmp_path, case, source, extra)
+    r = gate(lib, tmp_path)
+    assert r.returncode == 1, (r.stdout, r.stderr)
+    assert message in r.stderr
+
+
+def test_extra_export_fails(tmp_path):
+    src = GOOD_C + "int extra_symbol(void) { return 1; }\n"
+    (tmp_path / "exports.map").write_text("{ global: cuInit; extra_symbol; local: *; };\n")
+    out = tmp_path / "extra.so"
+    (tmp_path / "extra.c").write_text(src)
+    subprocess.run(["cc", "-shared", "-fPIC", "-o", str(out),
+                    str(tmp_path / "extra.c"), "-Wl,-soname,extra.so",
+                    "-Wl,--version-script=" + str(tmp_path / "exports.map")],
+                   check=True)
+    r = gate(str(out), tmp_path)
+    assert r.returncode == 1
+    assert "undocumented symbols: extra_symbol" in r.stderr
+
+
+def test_missing_export_and_soname(tmp_path):
+    (tmp_path / "x.c").write_text(GOOD_C)
+    out = tmp_path / "nosoname.so"
+    subprocess.run(["cc", "-shared", "-fPIC", "-o", str(out),
+                    str(tmp_path / "x.c")], check=True)
+    r = gate(str(out), tmp_path, exports=("cuInit", "dlsym"))
+    assert r.returncode == 1
+    assert "no SONAME" in r.stderr
+    assert "does not export documented symbols: dlsym" in r.stderr
