@@ -1,0 +1,23 @@
+/*
+ * cli.h - the `gpumutex` command's subcommands and shared helpers.
+ */
+#ifndef GPUMUTEX_CLI_H
+#define GPUMUTEX_CLI_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* `gpumutex status ...` and `gpumutex init ...`: argv[0] is the
+ * subcommand's name. Return the exit status (2 for usage errors). */
+int gm_status_main(int argc, char **argv);
+int gm_init_main(int argc, char **argv);
+
+/* Format a duration in nanoseconds as 45s, 2m13s, 1h05m or 3d02h. */
+void gm_cli_duration(int64_t ns, char *out, size_t len);
+
+/* If argv[*i] is `name VALUE` or `name=VALUE`, return VALUE (advancing *i
+ * past a separate value), else NULL. A missing value prints a usage error
+ * and exits 2: this is for command-line programs only. */
+const char *gm_cli_opt(int argc, char **argv, int *i, const char *name);
+
+#endif

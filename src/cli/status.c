@@ -1,0 +1,294 @@
+/*
+ * status.c - `gpumutex status`: who holds which GPU, and who waits.
+ *
+ * Reads the lock directory through gm_state_read, which takes no lock, so
+ * running it (even with --watch) never delays a job.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <inttypes.h>
+#include <pwd.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "lease.h"
+
+static void user_name(uid_t uid, char *out, size_t len)
+{
+	struct passwd pw, *res = NULL;
+	char buf[1024];
+
+	if (getpwuid_r(uid, &pw, buf, sizeof buf, &res) == 0 && res)
+		snprintf(out, len, "%s", res->pw_name);
+	else
+		snprintf(out, len, "%u", (unsigned)uid);
+}
+
+/* 2m13s, 1h05m, 3d02h: the widest two units, like ps and nvidia-smi. */
+void gm_cli_duration(int64_t ns, char *out, size_t len)
+{
+	int64_t s = ns > 0 ? ns / 1000000000 : 0;
+
+	if (s < 60)
+		snprintf(out, len, "%" PRId64 "s", s);
+	else if (s < 3600)
+		snprintf(out, len, "%" PRId64 "m%02" PRId64 "s", s / 60, s % 60);
+	else if (s < 86400)
+		snprintf(out, len, "%" PRId64 "h%02" PRId64 "m", s / 3600,
+			 s % 3600 / 60);
+	else
+		snprintf(out, len, "%" PRId64 "d%02" PRId64 "h", s / 86400,
+			 s % 86400 / 3600);
+}
+
+static void list_ints(const int *v, int n, char *out, size_t len)
+{
+	size_t off = 0;
+
+	out[0] = '\0';
+	for (int i = 0; i < n && off < len; i++)
+		off += (size_t)snprintf(out + off, len - off, "%s%d", i ? "," : "",
+					v[i]);
+}
+
+static void list_pids(const pid_t *v, int n, char *out, size_t len)
+{
+	int tmp[32];
+
+	for (int i = 0; i < n && i < 32; i++)
+		tmp[i] = (int)v[i];
+	list_ints(tmp, n < 32 ? n : 32, out, len);
+}
+
+static void print_text(FILE *f, const char *dir, const struct gm_state *st)
+{
+	char user[64], held[32], pids[256], devs[GM_MAX_DEVICES * 4];
+
+	fprintf(f, "gpumutex status: %s\n\n", dir);
+	if (st->ndevices == 0) {
+		fprintf(f, "No GPU is managed here yet (no job has asked for one).\n");
+	} else {
+		fprintf(f, "%-4s %-9s %-18s %-14s %-10s %-8s %s\n", "GPU", "STATE",
+			"JOB", "PIDS", "USER", "HELD", "COMMAND");
+		for (int i = 0; i < st->ndevices; i++) {
+			const struct gm_state_device *d = &st->devices[i];
+			const struct gm_state_lease *l =
+				d->lease >= 0 ? &st->leases[d->lease] : NULL;
+			const char *state = d->state == GM_DEV_FREE ? "free" :
+				d->state == GM_DEV_GRANTING ? "granting" : "held";
+
+			if (!l) {
+				fprintf(f, "%-4d %-9s %-18s %-14s %-10s %-8s %s\n",
+					d->index, state, "-", "-", "-", "-",
+					d->state == GM_DEV_HELD ? "(no record)" : "");
+				continue;
+			}
+			user_name(l->uid, user, sizeof user);
+			gm_cli_duration(st->now_ns - l->start_ns, held, sizeof held);
+			list_pids(l->pids, l->npids, pids, sizeof pids);
+			fprintf(f, "%-4d %-9s %-18.18s %-14.14s %-10.10s %-8s %s\n",
+				d->index, state, l->job, pids, user, held, l->cmd);
+		}
+	}
+	fprintf(f, "\n");
+	if (st->nwaiters == 0) {
+		fprintf(f, "Queue: empty\n");
+		return;
+	}
+	fprintf(f, "Queue (%d waiting, first served first):\n", st->nwaiters);
+	fprintf(f, "%-4s %-8s %-10s %-8s %-5s %-12s %-18s %s\n", "#", "PID", "USER",
+		"WAITED", "WANTS", "OF GPUS", "JOB", "COMMAND");
+	for (int i = 0; i < st->nwaiters; i++) {
+		const struct gm_state_waiter *w = &st->waiters[i];
+
+		user_name(w->uid, user, sizeof user);
+		gm_cli_duration(st->now_ns - w->since_ns, held, sizeof held);
+		list_ints(w->devices, w->ndevices, devs, sizeof devs);
+		fprintf(f, "%-4d %-8d %-10.10s %-8s %-5d %-12s %-18.18s %s\n", i + 1,
+			(int)w->pid, user, held, w->want, devs, w->job, w->cmd);
+	}
+}
+
+static void json_str(FILE *f, const char *s)
+{
+	fputc('"', f);
+	for (; *s; s++) {
+		unsigned char c = (unsigned char)*s;
+		if (c == '"' || c == '\\')
+			fprintf(f, "\\%c", c);
+		else if (c < 0x20)
+			fprintf(f, "\\u%04x", c);
+		else
+			fputc(c, f);
+	}
+	fputc('"', f);
+}
+
+static void json_ints(FILE *f, const int *v, int n)
+{
+	fputc('[', f);
+	for (int i = 0; i < n; i++)
+		fprintf(f, "%s%d", i ? ", " : "", v[i]);
+	fputc(']', f);
+}
+
+static double secs(int64_t ns) { return (double)ns / 1e9; }
+
+/* The schema is documented in docs/status-json.md; bump "schema" on any
+ * incompatible change. */
+static void print_json(FILE *f, const char *dir, const struct gm_state *st,
+		       int exists)
+{
+	char user[64];
+
+	fprintf(f, "{\"schema\": \"gpumutex.status/1\", \"lock_dir\": ");
+	json_str(f, dir);
+	fprintf(f, ", \"exists\": %s, \"time\": %.3f,\n \"devices\": [",
+		exists ? "true" : "false", secs(st->now_ns));
+	for (int i = 0; i < st->ndevices; i++) {
+		const struct gm_state_device *d = &st->devices[i];
+		fprintf(f, "%s\n  {\"index\": %d, \"state\": \"%s\", \"lease\": ",
+			i ? "," : "", d->index,
+			d->state == GM_DEV_FREE ? "free" :
+			d->state == GM_DEV_GRANTING ? "granting" : "held");
+		if (d->lease >= 0)
+			fprintf(f, "%" PRIu64 "}", st->leases[d->lease].lease_id);
+		else
+			fprintf(f, "null}");
+	}
+	fprintf(f, "],\n \"leases\": [");
+	for (int i = 0; i < st->nleases; i++) {
+		const struct gm_state_lease *l = &st->leases[i];
+		int pids[32];
+
+		for (int k = 0; k < l->npids; k++)
+			pids[k] = (int)l->pids[k];
+		user_name(l->uid, user, sizeof user);
+		fprintf(f, "%s\n  {\"lease\": %" PRIu64 ", \"job\": ", i ? "," : "",
+			l->lease_id);
+		json_str(f, l->job);
+		fprintf(f, ", \"uid\": %u, \"user\": ", (unsigned)l->uid);
+		json_str(f, user);
+		fprintf(f, ", \"pids\": ");
+		json_ints(f, pids, l->npids);
+		fprintf(f, ", \"command\": ");
+		json_str(f, l->cmd);
+		fprintf(f, ", \"devices\": ");
+		json_ints(f, l->devices, l->ndevices);
+		fprintf(f, ", \"start\": %.3f, \"held_s\": %.3f}", secs(l->start_ns),
+			secs(st->now_ns - l->start_ns));
+	}
+	fprintf(f, "],\n \"queue\": [");
+	for (int i = 0; i < st->nwaiters; i++) {
+		const struct gm_state_waiter *w = &st->waiters[i];
+
+		user_name(w->uid, user, sizeof user);
+		fprintf(f, "%s\n  {\"position\": %d, \"ticket\": %" PRIu64
+			", \"pid\": %d, \"uid\": %u, \"user\": ",
+			i ? "," : "", i + 1, w->ticket, (int)w->pid, (unsigned)w->uid);
+		json_str(f, user);
+		fprintf(f, ", \"job\": ");
+		json_str(f, w->job);
+		fprintf(f, ", \"command\": ");
+		json_str(f, w->cmd);
+		fprintf(f, ", \"want\": %d, \"devices\": ", w->want);
+		json_ints(f, w->devices, w->ndevices);
+		fprintf(f, ", \"since\": %.3f, \"waited_s\": %.3f}", secs(w->since_ns),
+			secs(st->now_ns - w->since_ns));
+	}
+	fprintf(f, "]}\n");
+}
+
+static volatile sig_atomic_t stop;
+static void on_sigint(int sig) { (void)sig; stop = 1; }
+
+static void status_usage(FILE *f)
+{
+	fprintf(f,
+		"usage: gpumutex status [--json] [--watch [--interval S]] [--lock-dir DIR]\n"
+		"\n"
+		"Show, per managed GPU, whether it is free or held and by whom (job,\n"
+		"PIDs, user, how long, command), then the queue in order. Reads the\n"
+		"lock directory without taking any lock.\n"
+		"\n"
+		"  --json          one JSON document (schema gpumutex.status/1,\n"
+		"                  see docs/status-json.md)\n"
+		"  --watch         refresh in place until interrupted\n"
+		"  --interval S    seconds between refreshes with --watch (default 1)\n"
+		"  --lock-dir DIR  lock directory (default: $GPUMUTEX_LOCK_DIR, else %s)\n"
+		"  -h, --help      this help\n",
+		GM_DEFAULT_LOCK_DIR);
+}
+
+int gm_status_main(int argc, char **argv)
+{
+	const char *dir = getenv("GPUMUTEX_LOCK_DIR");
+	int json = 0, watch = 0;
+	double interval = 1.0;
+
+	if (!dir || !*dir)
+		dir = GM_DEFAULT_LOCK_DIR;
+	for (int i = 1; i < argc; i++) {
+		const char *a = argv[i], *v = NULL;
+
+		if (!strcmp(a, "--json"))
+			json = 1;
+		else if (!strcmp(a, "--watch"))
+			watch = 1;
+		else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+			status_usage(stdout);
+			return 0;
+		} else if ((v = gm_cli_opt(argc, argv, &i, "--lock-dir")) != NULL)
+			dir = v;
+		else if ((v = gm_cli_opt(argc, argv, &i, "--interval")) != NULL) {
+			char err[GM_ERR_MAX];
+			if (gm_parse_timeout("--interval", v, &interval, err, sizeof err) ||
+			    interval <= 0) {
+				fprintf(stderr, "gpumutex status: %s\n",
+					interval <= 0 ? "--interval must be above 0" : err);
+				return 2;
+			}
+		} else {
+			fprintf(stderr, "gpumutex status: unknown argument '%s'\n", a);
+			status_usage(stderr);
+			return 2;
+		}
+	}
+	if (watch)
+		signal(SIGINT, on_sigint);
+	do {
+		struct gm_state st;
+		char err[GM_ERR_MAX];
+		int rc = gm_state_read(dir, &st, err, sizeof err);
+
+		if (watch)
+			fputs("\033[H\033[J", stdout);
+		if (rc == -ENOENT) {
+			if (json)
+				print_json(stdout, dir, &st, 0);
+			else
+				printf("gpumutex status: %s\n", err);
+		} else if (rc) {
+			fprintf(stderr, "gpumutex status: %s\n", err);
+			return 1;
+		} else {
+			if (json)
+				print_json(stdout, dir, &st, 1);
+			else
+				print_text(stdout, dir, &st);
+			gm_state_free(&st);
+		}
+		fflush(stdout);
+		if (watch && !stop) {
+			struct timespec ts = { (time_t)interval,
+					       (long)((interval - (double)(time_t)interval) * 1e9) };
+			nanosleep(&ts, NULL);
+		}
+	} while (watch && !stop);
+	return 0;
+}

@@ -1,0 +1,100 @@
+"""`gpumutex status` and `gpumutex init`, checked against jobs whose state
+the test controls (holding, waiting), not against the core's word."""
+
+import json
+import os
+import subprocess
+
+import jobs
+from conftest import BUILD
+
+GPUMUTEX = os.path.join(BUILD, "gpumutex")
+HOLDER = os.path.join(BUILD, "tests", "lease-holder")
+
+
+def status(lockdir, *args):
+    return subprocess.run([GPUMUTEX, "status", "--lock-dir", lockdir, *args],
+                          capture_output=True, text=True, timeout=60)
+
+
+def test_status_shows_holders_and_queue(built, lockdir, journal):
+    env = jobs.job_env(lockdir, journal, devices="0,1,2")
+    big = jobs.start(HOLDER, dict(env, GPUMUTEX_NUM_DEVICES="2",
+                                  GPUMUTEX_JOB="bigjob"), ready=True, hold=True)
+    assert big.ready()
+    small = jobs.start(HOLDER, dict(env, GPUMUTEX_JOB="smalljob"),
+                       ready=True, hold=True)
+    assert small.ready()
+    w1 = jobs.start(HOLDER, dict(env, GPUMUTEX_NUM_DEVICES="3",
+                                 GPUMUTEX_JOB="waitall"), waiting=True)
+    assert w1.waited()
+    w2 = jobs.start(HOLDER, dict(env, GPUMUTEX_JOB="waitone"), waiting=True)
+    assert w2.waited()
+
+    doc = json.loads(status(lockdir, "--json").stdout)
+    assert doc["schema"] == "gpumutex.status/1" and doc["exists"]
+    assert [d["state"] for d in doc["devices"]] == ["held"] * 3
+    leases = {lease["lease"]: lease for lease in doc["leases"]}
+    by_dev = {d["index"]: leases[d["lease"]] for d in doc["devices"]}
+    assert by_dev[0]["job"] == by_dev[1]["job"] == "bigjob"
+    assert by_dev[2]["job"] == "smalljob"
+    assert by_dev[0]["pids"] == [big.pid]
+    assert by_dev[2]["pids"] == [small.pid]
+    assert "lease-holder" in by_dev[0]["command"]
+    assert [(q["position"], q["pid"], q["job"], q["want"])
+            for q in doc["queue"]] == [(1, w1.pid, "waitall", 3),
+                                       (2, w2.pid, "waitone", 1)]
+    assert all(q["devices"] == [0, 1, 2] for q in doc["queue"])
+
+    text = status(lockdir)
+    assert text.returncode == 0
+    lines = text.stdout.splitlines()
+    assert any(line.split()[:3] == ["0", "held", "bigjob"] for line in lines)
+    assert any(line.split()[:3] == ["2", "held", "smalljob"] for line in lines)
+    assert "Queue (2 waiting" in text.stdout
+    q = [line.split() for line in lines if line[:1].isdigit() and
+         len(line.split()) > 5 and line.split()[1] == str(w1.pid)]
+    assert q and q[0][0] == "1"
+
+    for j in (big, small):
+        j.release()
+    for j in (big, small, w1, w2):
+        assert j.wait() == 0
+    doc = json.loads(status(lockdir, "--json").stdout)
+    assert [d["state"] for d in doc["devices"]] == ["free"] * 3
+    assert doc["queue"] == [] and doc["leases"] == []
+
+
+def test_status_missing_dir_and_usage(built, tmp_path):
+    missing = str(tmp_path / "nope")
+    r = status(missing)
+    assert r.returncode == 0 and "does not exist" in r.stdout
+    assert json.loads(status(missing, "--json").stdout)["exists"] is False
+    r = subprocess.run([GPUMUTEX, "status", "--bogus"], capture_output=True,
+                       text=True)
+    assert r.returncode == 2 and "--bogus" in r.stderr
+    r = subprocess.run([GPUMUTEX, "frobnicate"], capture_output=True, text=True)
+    assert r.returncode == 2
+    for args in (["--help"], ["status", "--help"], ["init", "--help"]):
+        r = subprocess.run([GPUMUTEX, *args], capture_output=True, text=True)
+        assert r.returncode == 0 and "usage" in r.stdout.lower()
+    r = subprocess.run([GPUMUTEX, "--help"], capture_output=True, text=True)
+    for var in ("GPUMUTEX_VISIBLE_DEVICES", "GPUMUTEX_NUM_DEVICES",
+                "GPUMUTEX_LOCK_DIR", "GPUMUTEX_TIMEOUT", "GPUMUTEX_QUIET"):
+        assert var in r.stdout
+
+
+def test_init_makes_devices(built, tmp_path):
+    d = str(tmp_path / "locks")
+    r = subprocess.run([GPUMUTEX, "init", "--lock-dir", d,
+                        "--visible-devices", "0,1,3"], capture_output=True,
+                       text=True)
+    assert r.returncode == 0, r.stderr
+    assert sorted(os.listdir(os.path.join(d, "dev"))) == ["0", "1", "3"]
+    doc = json.loads(status(d, "--json").stdout)
+    assert [(x["index"], x["state"]) for x in doc["devices"]] == [
+        (0, "free"), (1, "free"), (3, "free")]
+    r = subprocess.run([GPUMUTEX, "init", "--lock-dir", d,
+                        "--visible-devices", "0,,1"], capture_output=True,
+                       text=True)
+    assert r.returncode == 2 and "0,,1" in r.stderr
