@@ -1,0 +1,224 @@
+/*
+ * handoff - hand-off latency of the lease core against the physical limit.
+ *
+ * Two measurements, interleaved round by round so machine noise hits both
+ * alike:
+ *   flock:    A holds flock(LOCK_EX) on a file; B blocks in flock(LOCK_EX);
+ *             A takes t0 and exits; B takes t1 when flock returns.
+ *   gpumutex: A holds a lease on one device; B waits for it at the head of
+ *             the line (blocked in poll on the device's doorbell); A takes
+ *             t0 and exits; B takes t1 when gm_lease_acquire returns.
+ * Latency = t1 - t0 (CLOCK_MONOTONIC). Before A exits it waits until B has
+ * announced it is about to block, then 2 ms more, so B is really asleep in
+ * the kernel (a benchmark may sleep; tests may not).
+ *
+ * It also times an uncontended acquire (take a free device, let it go),
+ * the cost gpumutex adds to a cuInit that does not have to wait.
+ *
+ * Usage: handoff [ROUNDS] [LOCKDIR]; prints "name value" lines.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "lease.h"
+
+static int64_t now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static void nap_ms(int ms)
+{
+	struct timespec ts = { 0, ms * 1000000L };
+	nanosleep(&ts, NULL);
+}
+
+/* Shared between the processes of one round. */
+struct shm {
+	volatile int64_t t0, t1;
+};
+
+static int ready_pipe[2];
+
+static void on_wait(void *arg, const struct gm_wait_info *w)
+{
+	(void)arg;
+	(void)w;
+	if (write(ready_pipe[1], "w", 1) != 1)
+		_exit(90);
+}
+
+static void base_cfg(struct gm_config *c, const char *dir, const char *job)
+{
+	memset(c, 0, sizeof *c);
+	c->devices[0] = 0;
+	c->ndevices = 1;
+	c->want = 1;
+	c->timeout_s = -1;
+	c->recheck_ms = 0;
+	snprintf(c->lock_dir, sizeof c->lock_dir, "%s", dir);
+	snprintf(c->job, sizeof c->job, "%s", job);
+}
+
+static int64_t round_gpumutex(struct shm *s, const char *dir, int r)
+{
+	int hold[2], st;
+	pid_t a, b;
+	char c;
+
+	if (pipe(hold) || pipe(ready_pipe))
+		exit(1);
+	a = fork();
+	if (a == 0) {
+		struct gm_config cfg;
+		struct gm_lease l;
+		char err[GM_ERR_MAX], job[32];
+		snprintf(job, sizeof job, "a%d", r);
+		base_cfg(&cfg, dir, job);
+		if (gm_lease_acquire(&cfg, NULL, &l, err, sizeof err))
+			_exit(91);
+		if (write(hold[1], "h", 1) != 1)
+			_exit(92);
+		if (read(ready_pipe[0], &c, 1) != 1) /* B is about to sleep */
+			_exit(93);
+		nap_ms(2);
+		s->t0 = now_ns();
+		_exit(0); /* the kernel releases the lease */
+	}
+	if (read(hold[0], &c, 1) != 1)
+		exit(1);
+	b = fork();
+	if (b == 0) {
+		struct gm_config cfg;
+		struct gm_lease l;
+		struct gm_acquire_hooks hooks = { on_wait, NULL, NULL };
+		char err[GM_ERR_MAX], job[32];
+		snprintf(job, sizeof job, "b%d", r);
+		base_cfg(&cfg, dir, job);
+		if (gm_lease_acquire(&cfg, &hooks, &l, err, sizeof err))
+			_exit(94);
+		s->t1 = now_ns();
+		_exit(0);
+	}
+	waitpid(a, &st, 0);
+	waitpid(b, &st, 0);
+	close(hold[0]);
+	close(hold[1]);
+	close(ready_pipe[0]);
+	close(ready_pipe[1]);
+	return s->t1 - s->t0;
+}
+
+static int64_t round_flock(struct shm *s, const char *path)
+{
+	int hold[2], ready[2], st;
+	pid_t a, b;
+	char c;
+
+	if (pipe(hold) || pipe(ready))
+		exit(1);
+	a = fork();
+	if (a == 0) {
+		int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+		if (fd < 0 || flock(fd, LOCK_EX))
+			_exit(91);
+		if (write(hold[1], "h", 1) != 1)
+			_exit(92);
+		if (read(ready[0], &c, 1) != 1)
+			_exit(93);
+		nap_ms(2);
+		s->t0 = now_ns();
+		_exit(0);
+	}
+	if (read(hold[0], &c, 1) != 1)
+		exit(1);
+	b = fork();
+	if (b == 0) {
+		int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+		if (fd < 0 || write(ready[1], "w", 1) != 1 || flock(fd, LOCK_EX))
+			_exit(94);
+		s->t1 = now_ns();
+		_exit(0);
+	}
+	waitpid(a, &st, 0);
+	waitpid(b, &st, 0);
+	close(hold[0]);
+	close(hold[1]);
+	close(ready[0]);
+	close(ready[1]);
+	return s->t1 - s->t0;
+}
+
+static int cmp64(const void *x, const void *y)
+{
+	int64_t a = *(const int64_t *)x, b = *(const int64_t *)y;
+	return (a > b) - (a < b);
+}
+
+int main(int argc, char **argv)
+{
+	int rounds = argc > 1 ? atoi(argv[1]) : 200;
+	char dir[256], path[300];
+	int64_t *g, *f;
+	struct shm *s = mmap(NULL, sizeof *s, PROT_READ | PROT_WRITE,
+			     MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+
+	if (argc > 2)
+		snprintf(dir, sizeof dir, "%s", argv[2]);
+	else
+		snprintf(dir, sizeof dir, "/tmp/gm-bench-handoff-%d", (int)getpid());
+	snprintf(path, sizeof path, "%s.flock", dir);
+	g = calloc((size_t)rounds, sizeof *g);
+	f = calloc((size_t)rounds, sizeof *f);
+	if (!g || !f || s == MAP_FAILED)
+		return 1;
+	for (int r = 0; r < rounds; r++) {
+		f[r] = round_flock(s, path);
+		g[r] = round_gpumutex(s, dir, r);
+	}
+	{
+		int64_t *u = calloc((size_t)rounds, sizeof *u);
+		char udir[300];
+		snprintf(udir, sizeof udir, "%s-u", dir);
+		for (int r = 0; r < rounds && u; r++) {
+			struct gm_config cfg;
+			struct gm_lease l;
+			char err[GM_ERR_MAX], job[32];
+			int64_t t;
+			snprintf(job, sizeof job, "u%d", r);
+			base_cfg(&cfg, udir, job);
+			t = now_ns();
+			if (gm_lease_acquire(&cfg, NULL, &l, err, sizeof err))
+				return 1;
+			u[r] = now_ns() - t;
+			for (int i = 0; i < l.ndevices; i++)
+				close(l.fds[i]);
+		}
+		if (u) {
+			qsort(u, (size_t)rounds, sizeof *u, cmp64);
+			printf("acquire_uncontended_median_us %.1f\n", u[rounds / 2] / 1e3);
+			free(u);
+		}
+	}
+	qsort(g, (size_t)rounds, sizeof *g, cmp64);
+	qsort(f, (size_t)rounds, sizeof *f, cmp64);
+	printf("handoff_rounds %d\n", rounds);
+	printf("handoff_flock_exit_median_us %.1f\n", f[rounds / 2] / 1e3);
+	printf("handoff_flock_exit_p90_us %.1f\n", f[rounds * 9 / 10] / 1e3);
+	printf("handoff_gpumutex_exit_median_us %.1f\n", g[rounds / 2] / 1e3);
+	printf("handoff_gpumutex_exit_p90_us %.1f\n", g[rounds * 9 / 10] / 1e3);
+	printf("handoff_ratio_median %.2f\n", (double)g[rounds / 2] / (double)f[rounds / 2]);
+	unlink(path);
+	return 0;
+}
