@@ -1,0 +1,367 @@
+"""The child's environment: argument checks and ``environ()``.
+
+Every value is checked here the way the C core (src/lease/config.c) and
+``gpumutex-run`` (src/cli/run.c) check it, so that a mistake is an exception
+in the caller before anything runs, not a failing ``cuInit`` in the child.
+The variables already in the base environment that gpumutex-run would
+check are checked too, under their own names.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+import os
+import re
+import secrets
+from collections.abc import Iterable, Mapping
+from decimal import Decimal
+from typing import Any, Callable, Dict, List, Optional, TypeVar, Union
+
+from ._paths import library_path
+
+MAX_DEVICES = 64                # GPU indices 0..63 (GM_MAX_DEVICES)
+DEFAULT_LOCK_DIR = "/tmp/libgpumutex"
+_LOCK_DIR_MAX = 4096 - 64       # strlen(lock dir) must stay below this
+_TIMEOUT_MAX = 1e9              # seconds; the core refuses more
+_RECHECK_MAX = 86400000         # GPUMUTEX_RECHECK_MS upper bound
+
+VISIBLE = "GPUMUTEX_VISIBLE_DEVICES"
+NUM = "GPUMUTEX_NUM_DEVICES"
+LOCK_DIR = "GPUMUTEX_LOCK_DIR"
+TIMEOUT = "GPUMUTEX_TIMEOUT"
+QUIET = "GPUMUTEX_QUIET"
+JOB = "GPUMUTEX_JOB"
+LIBRARY = "GPUMUTEX_LIBRARY"
+RECHECK = "GPUMUTEX_RECHECK_MS"
+
+T = TypeVar("T")
+Devices = Union[str, Iterable[int]]
+PathArg = Union[str, "os.PathLike[str]"]
+
+# What strtol() skips before a number (C isspace in the "C" locale).
+_C_SPACE = " \t\n\v\f\r"
+_DEVICE_ENTRY = re.compile(r"[0-9]{1,4}")           # gm_parse_devices
+_STRTOL = re.compile(r"[ \t\n\v\f\r]*[+-]?[0-9]+")   # a whole strtol() number
+_DECIMAL = re.compile(r"[0-9]+\.?[0-9]*|\.[0-9]+")   # gm_parse_timeout
+
+
+def _is_int(value: object) -> bool:
+    """An integer that is not a bool (True/False are ints to Python)."""
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def _type_name(value: object) -> str:
+    return type(value).__name__
+
+
+# ---- Parsers of variable text (same acceptance as the C core) ----------
+
+def parse_devices(name: str, text: str) -> List[int]:
+    """``"0,2,3"`` -> ``[0, 2, 3]``, or ValueError naming `name`.
+
+    Non-empty; comma-separated decimal indices from 0 to 63, no blanks, no
+    signs, no empty entries, no index twice."""
+    if text == "":
+        raise ValueError(
+            f'{name}="" is empty; expected a comma-separated list of GPU '
+            f'indices such as "0,1,2,3"')
+    out: List[int] = []
+    for entry in text.split(","):
+        if not _DEVICE_ENTRY.fullmatch(entry):
+            raise ValueError(
+                f"{name}={text!r} is not a list of GPU indices; expected "
+                f"comma-separated numbers from 0 to {MAX_DEVICES - 1} such "
+                f'as "0,1,2,3"')
+        index = int(entry)
+        if index >= MAX_DEVICES:
+            raise ValueError(
+                f"{name}={text!r} names GPU {index}; indices must be from 0 "
+                f"to {MAX_DEVICES - 1}")
+        if index in out:
+            raise ValueError(
+                f"{name}={text!r} names GPU {index} twice; each index may "
+                f"appear once")
+        out.append(index)
+    return out
+
+
+def parse_num_devices(name: str, text: str, ndevices: int) -> int:
+    """A whole decimal number from 1 to `ndevices` (gm_parse_want)."""
+    if (text == "" or text[0] in "+- " or not _STRTOL.fullmatch(text)):
+        raise ValueError(
+            f"{name}={text!r} is not a number; expected how many GPUs one "
+            f"job needs, from 1 to {ndevices}")
+    value = int(text)
+    if not 1 <= value <= ndevices:
+        raise ValueError(
+            f"{name}={text!r} is out of range; a job can take from 1 to "
+            f"{ndevices} GPUs (the number of managed GPUs)")
+    return value
+
+
+def parse_timeout(name: str, text: str) -> float:
+    """Seconds as a non-negative decimal such as "30" or "0.5"."""
+    if not _DECIMAL.fullmatch(text) or float(text) > _TIMEOUT_MAX:
+        raise ValueError(
+            f"{name}={text!r} is not a duration; expected seconds as a "
+            f'non-negative number such as "30" or "0.5" (at most '
+            f"{_TIMEOUT_MAX:.0f})")
+    return float(text)
+
+
+def check_lock_dir(name: str, text: str) -> str:
+    """An absolute path that fits the core's buffer."""
+    if (not text.startswith("/") or "\0" in text
+            or len(os.fsencode(text)) >= _LOCK_DIR_MAX):
+        raise ValueError(
+            f"{name}={text!r} is not usable; expected an absolute directory "
+            f'path such as "{DEFAULT_LOCK_DIR}"')
+    return text
+
+
+def check_recheck_ms(name: str, text: str) -> int:
+    """Milliseconds from 0 (never) to 86400000, as the core reads them."""
+    if _STRTOL.fullmatch(text):
+        value = int(text)
+        if 0 <= value <= _RECHECK_MAX:
+            return value
+    raise ValueError(
+        f"{name}={text!r} is not valid; expected milliseconds from 0 (never) "
+        f"to {_RECHECK_MAX}")
+
+
+# ---- Keyword arguments -> variable text --------------------------------
+
+def devices_text(visible_devices: Devices) -> str:
+    """The GPUMUTEX_VISIBLE_DEVICES text for the `visible_devices` argument:
+    a string, checked as it is, or an iterable of ints."""
+    name = "visible_devices"
+    if isinstance(visible_devices, str):
+        parse_devices(name, visible_devices)
+        return visible_devices
+    if (isinstance(visible_devices, (bytes, bytearray, bool))
+            or not isinstance(visible_devices, Iterable)):
+        raise TypeError(
+            f"{name} must be a string such as \"0,2,3\" or an iterable of "
+            f"ints, not {_type_name(visible_devices)} ({visible_devices!r})")
+    items = list(visible_devices)
+    if not items:
+        raise ValueError(
+            f"{name}={visible_devices!r} is empty; expected at least one GPU "
+            f"index, e.g. [0] or \"0,1\"")
+    seen: List[int] = []
+    for item in items:
+        if not _is_int(item):
+            raise TypeError(
+                f"{name}={visible_devices!r}: every index must be an int, "
+                f"not {_type_name(item)} ({item!r})")
+        index = int(item)
+        if not 0 <= index < MAX_DEVICES:
+            raise ValueError(
+                f"{name}={visible_devices!r} names GPU {index}; indices must "
+                f"be from 0 to {MAX_DEVICES - 1}")
+        if index in seen:
+            raise ValueError(
+                f"{name}={visible_devices!r} names GPU {index} twice; each "
+                f"index may appear once")
+        seen.append(index)
+    return ",".join(str(i) for i in seen)
+
+
+def num_devices_value(num_devices: object) -> int:
+    """The `num_devices` argument as an int (its range is checked later,
+    against the device list)."""
+    if not _is_int(num_devices):
+        raise TypeError(
+            f"num_devices must be an int, not {_type_name(num_devices)} "
+            f"({num_devices!r})")
+    return int(num_devices)  # type: ignore[call-overload]
+
+
+def timeout_text(timeout: object) -> str:
+    """The GPUMUTEX_TIMEOUT text for the `timeout` argument (seconds)."""
+    name = "timeout"
+    if isinstance(timeout, bool) or not isinstance(timeout, numbers.Real):
+        raise TypeError(
+            f"{name} must be a number of seconds (int or float), not "
+            f"{_type_name(timeout)} ({timeout!r})")
+    if _is_int(timeout):
+        value = int(timeout)  # type: ignore[call-overload]
+        text = str(value)
+    else:
+        value = float(timeout)  # type: ignore[arg-type]
+        if not math.isfinite(value):
+            raise ValueError(
+                f"{name}={timeout!r} is not a finite number of seconds")
+        if value == 0:
+            value = 0.0  # no "-0.0"
+        # Positional notation: the core takes digits and one dot only.
+        text = format(Decimal(repr(value)), "f")
+    if value < 0:
+        raise ValueError(
+            f"{name}={timeout!r} is negative; expected seconds to wait, 0 for "
+            f"\"don't wait\" (None waits forever)")
+    if value > _TIMEOUT_MAX:
+        raise ValueError(
+            f"{name}={timeout!r} is too large; at most {_TIMEOUT_MAX:.0f} "
+            f"seconds (None waits forever)")
+    return text
+
+
+def lock_dir_text(lock_dir: object) -> str:
+    """The GPUMUTEX_LOCK_DIR text for the `lock_dir` argument."""
+    name = "lock_dir"
+    if not isinstance(lock_dir, (str, os.PathLike)):
+        raise TypeError(
+            f"{name} must be a str or os.PathLike path, not "
+            f"{_type_name(lock_dir)} ({lock_dir!r})")
+    text = os.fspath(lock_dir)
+    if not isinstance(text, str):
+        raise TypeError(
+            f"{name} must be a str path, not {_type_name(text)} ({text!r})")
+    if not text.startswith("/"):
+        raise ValueError(
+            f"{name}={text!r} is not an absolute path; expected e.g. "
+            f'"{DEFAULT_LOCK_DIR}"')
+    return check_lock_dir(name, text)
+
+
+def quiet_text(quiet: object) -> str:
+    """The GPUMUTEX_QUIET text for the `quiet` argument."""
+    if not isinstance(quiet, bool):
+        raise TypeError(
+            f"quiet must be True or False, not {_type_name(quiet)} "
+            f"({quiet!r})")
+    return "1" if quiet else "0"
+
+
+# ---- The library and LD_PRELOAD -----------------------------------------
+
+def preload_library(base: Mapping[str, str]) -> str:
+    """The library to preload: $GPUMUTEX_LIBRARY of the base environment
+    (as gpumutex-run does), else library_path()."""
+    override = base.get(LIBRARY)
+    if override:
+        path = os.path.realpath(override)
+        if not os.path.isfile(path):
+            raise ValueError(
+                f"{LIBRARY}={override!r} is not a file; unset it to use the "
+                f"packaged library")
+    else:
+        path = library_path()
+    if any(c in path for c in ": \t\n"):
+        # ld.so splits LD_PRELOAD at ':' and blanks: the child would run
+        # without gpumutex, silently.
+        raise ValueError(
+            f"cannot preload {path!r}: LD_PRELOAD cannot hold a path with "
+            f"blanks or ':'; install gpumutex elsewhere or set {LIBRARY} to a "
+            f"copy of the library at such a path")
+    return path
+
+
+def with_preload(old: Optional[str], lib: str) -> str:
+    """LD_PRELOAD with `lib` first, before the entries already there (which
+    ld.so separates by ':' or blanks); unchanged if `lib` is one of them,
+    as gpumutex-run does."""
+    if not old:
+        return lib
+    if lib in re.split(r"[: ]+", old):
+        return old
+    return f"{lib}:{old}"
+
+
+# ---- environ() ------------------------------------------------------------
+
+def _inherited(check: Callable[..., T], name: str, text: str,
+               *args: Any) -> T:
+    """check(name, text, *args) for a variable of the base environment; its
+    error says where the value came from."""
+    try:
+        return check(name, text, *args)
+    except ValueError as e:
+        raise ValueError(f"{e} (inherited: {name} is set in the base "
+                         f"environment, env= or os.environ)") from None
+
+
+def environ(visible_devices: Optional[Devices] = None,
+            num_devices: Optional[int] = None,
+            lock_dir: Optional[PathArg] = None,
+            timeout: Optional[float] = None,
+            quiet: Optional[bool] = None,
+            env: Optional[Mapping[str, str]] = None) -> Dict[str, str]:
+    """Return a new dict: the environment a child needs to run under gpumutex.
+
+    The base is a copy of `env`, or of ``os.environ`` when `env` is None;
+    neither is modified. Each argument that is not None sets its variable,
+    overriding one already in the base:
+
+    ===================  ==========================  ============================
+    argument             variable                    default when neither is set
+    ===================  ==========================  ============================
+    ``visible_devices``  ``GPUMUTEX_VISIBLE_DEVICES`` required (ValueError)
+    ``num_devices``      ``GPUMUTEX_NUM_DEVICES``     1
+    ``lock_dir``         ``GPUMUTEX_LOCK_DIR``        ``/tmp/libgpumutex``
+    ``timeout``          ``GPUMUTEX_TIMEOUT``         wait forever
+    ``quiet``            ``GPUMUTEX_QUIET``           False ("0")
+    ===================  ==========================  ============================
+
+    ``GPUMUTEX_JOB`` is always set to a fresh random id (each call is a new
+    job), and the library (library_path(), or ``GPUMUTEX_LIBRARY`` if the
+    base sets it) is put first in ``LD_PRELOAD``.
+
+    Raises TypeError or ValueError, naming the argument (or the variable of
+    the base) and its value, when anything is invalid.
+
+    >>> env = environ(visible_devices=[0, 1], num_devices=2, env={})
+    >>> env["GPUMUTEX_VISIBLE_DEVICES"], env["GPUMUTEX_NUM_DEVICES"]
+    ('0,1', '2')
+    """
+    if env is not None and not isinstance(env, Mapping):
+        raise TypeError(f"env must be a mapping, not {_type_name(env)}")
+    out: Dict[str, str] = dict(os.environ if env is None else env)
+
+    # Each argument on its own first ...
+    args: Dict[str, str] = {}
+    if visible_devices is not None:
+        args[VISIBLE] = devices_text(visible_devices)
+    want = None if num_devices is None else num_devices_value(num_devices)
+    if lock_dir is not None:
+        args[LOCK_DIR] = lock_dir_text(lock_dir)
+    if timeout is not None:
+        args[TIMEOUT] = timeout_text(timeout)
+    if quiet is not None:
+        args[QUIET] = quiet_text(quiet)
+
+    # ... then what the child will see, argument or inherited variable.
+    if VISIBLE in args:
+        devices = parse_devices("visible_devices", args[VISIBLE])
+    elif VISIBLE in out:
+        devices = _inherited(parse_devices, VISIBLE, out[VISIBLE])
+    else:
+        raise ValueError(
+            "visible_devices is required: pass visible_devices= (e.g. \"0,1\" "
+            f"or [0, 1]) or set {VISIBLE} in the environment")
+    if want is not None:
+        if not 1 <= want <= len(devices):
+            raise ValueError(
+                f"num_devices={num_devices!r} is out of range; a job can take "
+                f"from 1 to {len(devices)} GPUs (the number of visible "
+                f"devices)")
+        args[NUM] = str(want)
+    elif NUM in out:
+        _inherited(parse_num_devices, NUM, out[NUM], len(devices))
+    if LOCK_DIR not in args and LOCK_DIR in out:
+        _inherited(check_lock_dir, LOCK_DIR, out[LOCK_DIR])
+    if TIMEOUT not in args and TIMEOUT in out:
+        _inherited(parse_timeout, TIMEOUT, out[TIMEOUT])
+    if RECHECK in out:
+        _inherited(check_recheck_ms, RECHECK, out[RECHECK])
+
+    lib = preload_library(out)
+    out.update(args)
+    # Always a new job: an inherited GPUMUTEX_JOB (a caller itself under
+    # gpumutex) must not make this child share the caller's lease.
+    out[JOB] = secrets.token_hex(16)
+    out["LD_PRELOAD"] = with_preload(out.get("LD_PRELOAD"), lib)
+    return out

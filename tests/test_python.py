@@ -1,0 +1,556 @@
+"""The Python package (python/gpumutex): what its children see, what it
+refuses before running anything, os.system parity, subprocess pass-through,
+`python -m gpumutex`, real contention through libgpumutex.so and the fake
+driver, and `pip install` into a venv.
+
+Every claim is checked on an observable outcome: a child's printed
+environment, a marker file that must not appear, the fake driver's journal,
+the status JSON, the installed files."""
+
+import json
+import math
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+
+import pytest
+
+import journal as journal_lib
+from conftest import BUILD, REPO
+
+sys.path.insert(0, os.path.join(REPO, "python"))
+import gpumutex  # noqa: E402
+
+PYTHON = sys.executable
+FAKECUDA = os.path.join(BUILD, "tests", "fakecuda")
+LIBRARY = os.path.join(BUILD, "libgpumutex.so")
+PY_ENV = {"PYTHONPATH": os.path.join(REPO, "python")}
+
+# A child that prints its whole environment as JSON.
+PRINT_ENV = [PYTHON, "-c",
+             "import json, os, sys; json.dump(dict(os.environ), sys.stdout)"]
+
+# A CUDA job on the fake driver: cuInit (where gpumutex makes it wait), a
+# context on its first visible device, uses over HOLD_S seconds, the end.
+# It prints its job id and CUDA_VISIBLE_DEVICES once it holds the device.
+HOLD_S = 0.3
+CUDA_JOB = r"""
+import ctypes, os, sys, time
+cu = ctypes.CDLL("libcuda.so.1")
+rc = cu.cuInit(0)
+if rc:
+    sys.exit("cuInit: %d" % rc)
+dev = ctypes.c_int()
+ctx = ctypes.c_void_p()
+assert cu.cuDeviceGet(ctypes.byref(dev), 0) == 0
+assert cu.cuCtxCreate_v2(ctypes.byref(ctx), 0, dev) == 0
+print(os.environ.get("GPUMUTEX_JOB"), os.environ.get("CUDA_VISIBLE_DEVICES"),
+      flush=True)
+if len(sys.argv) > 1:           # hold until stdin closes
+    sys.stdin.read()
+end = time.monotonic() + float(os.environ.get("HOLD_S", "0"))
+while time.monotonic() < end:
+    assert cu.cuCtxSynchronize() == 0      # a journal "tick"
+    time.sleep(0.02)
+assert cu.cuCtxDestroy_v2(ctx) == 0
+"""
+
+
+def make_native():
+    """make the native targets; the preload module's makefile is added when
+    the top-level Makefile does not include it yet."""
+    cmd = ["make", "-C", REPO, "-s"]
+    probe = subprocess.run(cmd + ["-n", "build/libgpumutex.so"],
+                           capture_output=True)
+    if probe.returncode != 0:
+        cmd += ["-f", "Makefile", "-f", "src/preload/module.mk"]
+    subprocess.run(cmd + ["build/gpumutex", "build/libgpumutex.so",
+                          "build/gpumutex-run", "fakecuda"], check=True)
+
+
+@pytest.fixture(scope="session")
+def native():
+    make_native()
+    return BUILD
+
+
+@pytest.fixture
+def clean_env():
+    """os.environ without gpumutex's variables (the test may run under it)."""
+    return {k: v for k, v in os.environ.items()
+            if not k.startswith("GPUMUTEX_") and k != "LD_PRELOAD"}
+
+
+@pytest.fixture(autouse=True)
+def caller_environ_unchanged():
+    """No test may change the caller's os.environ."""
+    def snapshot():
+        return {k: v for k, v in os.environ.items()
+                if k != "PYTEST_CURRENT_TEST"}
+    before = snapshot()
+    yield
+    assert snapshot() == before
+
+
+def child_env(**kwargs):
+    """Run PRINT_ENV through gpumutex.run and return what the child saw."""
+    r = gpumutex.run(PRINT_ENV, capture_output=True, text=True, check=True,
+                     **kwargs)
+    return json.loads(r.stdout)
+
+
+# ---- Paths and version ------------------------------------------------------
+
+def test_library_path_and_version_from_source_tree(native):
+    assert gpumutex.library_path() == os.path.realpath(LIBRARY)
+    assert gpumutex.__version__ == "0.1.0"
+    out = subprocess.run([os.path.join(BUILD, "gpumutex"), "--version"],
+                         capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["gpumutex", gpumutex.__version__]
+
+
+# ---- The child's environment ------------------------------------------------
+
+def test_kwargs_reach_the_child_only(native, clean_env, tmp_path):
+    base = dict(clean_env, LD_PRELOAD="libm.so.6", GPUMUTEX_JOB="inherited",
+                GPUMUTEX_LOCK_DIR="/overridden", GPUMUTEX_QUIET="1")
+    base_copy = dict(base)
+    seen = [child_env(visible_devices=[0, 2, 3], num_devices=2,
+                      lock_dir=tmp_path / "locks", timeout=1.5, quiet=False,
+                      env=base) for _ in range(3)]
+    for env in seen:
+        assert env["GPUMUTEX_VISIBLE_DEVICES"] == "0,2,3"
+        assert env["GPUMUTEX_NUM_DEVICES"] == "2"
+        assert env["GPUMUTEX_LOCK_DIR"] == str(tmp_path / "locks")
+        assert env["GPUMUTEX_TIMEOUT"] == "1.5"
+        assert env["GPUMUTEX_QUIET"] == "0"
+        # The library first, then what was there.
+        assert env["LD_PRELOAD"] == os.path.realpath(LIBRARY) + ":libm.so.6"
+        assert len(env["GPUMUTEX_JOB"]) == 32
+        int(env["GPUMUTEX_JOB"], 16)
+    jobs = {env["GPUMUTEX_JOB"] for env in seen}
+    assert len(jobs) == 3 and "inherited" not in jobs   # fresh per call
+    assert base == base_copy                            # env= not modified
+    for name in ("GPUMUTEX_VISIBLE_DEVICES", "GPUMUTEX_JOB"):
+        assert name not in os.environ or os.environ[name] != seen[0][name]
+
+
+def test_defaults_and_inherited_variables(native, clean_env, monkeypatch):
+    # Nothing but the devices: the other variables are left unset (the
+    # core's defaults apply), LD_PRELOAD is just the library.
+    env = child_env(visible_devices="1", env=clean_env)
+    assert env["GPUMUTEX_VISIBLE_DEVICES"] == "1"
+    for name in ("GPUMUTEX_NUM_DEVICES", "GPUMUTEX_LOCK_DIR",
+                 "GPUMUTEX_TIMEOUT", "GPUMUTEX_QUIET"):
+        assert name not in env
+    assert env["LD_PRELOAD"] == os.path.realpath(LIBRARY)
+    # With no env=, the base is os.environ, read at call time; its
+    # GPUMUTEX_VISIBLE_DEVICES serves when the argument is not given.
+    monkeypatch.setenv("GPUMUTEX_VISIBLE_DEVICES", "4,5")
+    monkeypatch.setenv("GPUMUTEX_NUM_DEVICES", "2")
+    monkeypatch.setenv("GM_PY_TEST_MARK", "parent")
+    env = child_env()
+    assert env["GPUMUTEX_VISIBLE_DEVICES"] == "4,5"
+    assert env["GPUMUTEX_NUM_DEVICES"] == "2"
+    assert env["GM_PY_TEST_MARK"] == "parent"
+    # An argument overrides the inherited variable.
+    env = child_env(visible_devices=[7], num_devices=1)
+    assert env["GPUMUTEX_VISIBLE_DEVICES"] == "7"
+    assert env["GPUMUTEX_NUM_DEVICES"] == "1"
+    # The library is not put twice into LD_PRELOAD.
+    env = child_env(visible_devices="0", env=dict(
+        clean_env, LD_PRELOAD="libm.so.6 " + os.path.realpath(LIBRARY)))
+    assert env["LD_PRELOAD"] == "libm.so.6 " + os.path.realpath(LIBRARY)
+
+
+def test_environ_returns_a_new_dict(native):
+    base = {"PATH": "/bin", "GPUMUTEX_JOB": "x"}
+    env = gpumutex.environ(visible_devices=(3, 1), timeout=0, quiet=True,
+                           env=base)
+    assert base == {"PATH": "/bin", "GPUMUTEX_JOB": "x"}
+    assert env["GPUMUTEX_VISIBLE_DEVICES"] == "3,1"
+    assert env["GPUMUTEX_TIMEOUT"] == "0"
+    assert env["GPUMUTEX_QUIET"] == "1"
+    assert env["PATH"] == "/bin"
+    assert env["LD_PRELOAD"] == os.path.realpath(LIBRARY)
+    # Floats are written without an exponent (the core wants digits and a
+    # dot); ints as ints.
+    for value, text in ((1e-7, "0.0000001"), (30, "30"), (2.5, "2.5"),
+                        (1e9, "1000000000.0"), (-0.0, "0.0")):
+        assert gpumutex.environ(visible_devices="0", timeout=value,
+                                env={})["GPUMUTEX_TIMEOUT"] == text
+
+
+# ---- Invalid arguments: refused before anything runs -------------------------
+
+D3 = {"visible_devices": "0,1,2"}
+BAD = [
+    # (keyword arguments, exception, fragments the message must contain)
+    ({"visible_devices": ""}, ValueError, ["visible_devices", "empty"]),
+    ({"visible_devices": "0,,1"}, ValueError, ["visible_devices", "'0,,1'"]),
+    ({"visible_devices": "0,0"}, ValueError, ["'0,0'", "twice"]),
+    ({"visible_devices": "64"}, ValueError, ["'64'", "0 to 63"]),
+    ({"visible_devices": "-1"}, ValueError, ["'-1'"]),
+    ({"visible_devices": " 0"}, ValueError, ["' 0'"]),
+    ({"visible_devices": "1,a"}, ValueError, ["'1,a'"]),
+    ({"visible_devices": []}, ValueError, ["visible_devices", "empty"]),
+    ({"visible_devices": [0, 0]}, ValueError, ["[0, 0]", "twice"]),
+    ({"visible_devices": [64]}, ValueError, ["[64]", "0 to 63"]),
+    ({"visible_devices": [-1]}, ValueError, ["[-1]"]),
+    ({"visible_devices": [True]}, TypeError, ["visible_devices", "bool"]),
+    ({"visible_devices": ["0"]}, TypeError, ["visible_devices", "str"]),
+    ({"visible_devices": [1.0]}, TypeError, ["visible_devices", "float"]),
+    ({"visible_devices": True}, TypeError, ["visible_devices", "bool"]),
+    ({"visible_devices": 3}, TypeError, ["visible_devices", "int"]),
+    ({"visible_devices": b"0"}, TypeError, ["visible_devices", "bytes"]),
+    ({}, ValueError, ["visible_devices is required"]),
+    (dict(D3, num_devices=0), ValueError, ["num_devices=0", "1 to 3"]),
+    (dict(D3, num_devices=4), ValueError, ["num_devices=4", "1 to 3"]),
+    (dict(D3, num_devices=True), TypeError, ["num_devices", "bool"]),
+    (dict(D3, num_devices=1.0), TypeError, ["num_devices", "float"]),
+    (dict(D3, num_devices="1"), TypeError, ["num_devices", "str"]),
+    (dict(D3, timeout=-1), ValueError, ["timeout=-1", "negative"]),
+    (dict(D3, timeout=-0.5), ValueError, ["timeout=-0.5"]),
+    (dict(D3, timeout=math.nan), ValueError, ["timeout=nan"]),
+    (dict(D3, timeout=math.inf), ValueError, ["timeout=inf"]),
+    (dict(D3, timeout=2e9), ValueError, ["timeout=2000000000.0"]),
+    (dict(D3, timeout=True), TypeError, ["timeout", "bool"]),
+    (dict(D3, timeout="5"), TypeError, ["timeout", "str"]),
+    (dict(D3, lock_dir="relative/dir"), ValueError, ["lock_dir='relative/dir'"]),
+    (dict(D3, lock_dir=""), ValueError, ["lock_dir=''"]),
+    (dict(D3, lock_dir=b"/tmp/x"), TypeError, ["lock_dir", "bytes"]),
+    (dict(D3, lock_dir=5), TypeError, ["lock_dir", "int"]),
+    (dict(D3, quiet="yes"), TypeError, ["quiet", "'yes'"]),
+    (dict(D3, quiet=1), TypeError, ["quiet", "int"]),
+]
+BAD_INHERITED = [
+    # (variables of the base environment, fragments)
+    ({"GPUMUTEX_VISIBLE_DEVICES": "0,x"}, ["GPUMUTEX_VISIBLE_DEVICES", "'0,x'"]),
+    ({"GPUMUTEX_VISIBLE_DEVICES": "0", "GPUMUTEX_NUM_DEVICES": "2"},
+     ["GPUMUTEX_NUM_DEVICES", "'2'"]),
+    ({"GPUMUTEX_VISIBLE_DEVICES": "0", "GPUMUTEX_LOCK_DIR": "rel"},
+     ["GPUMUTEX_LOCK_DIR", "'rel'"]),
+    ({"GPUMUTEX_VISIBLE_DEVICES": "0", "GPUMUTEX_TIMEOUT": "-1"},
+     ["GPUMUTEX_TIMEOUT", "'-1'"]),
+    ({"GPUMUTEX_VISIBLE_DEVICES": "0", "GPUMUTEX_RECHECK_MS": "soon"},
+     ["GPUMUTEX_RECHECK_MS", "'soon'"]),
+    ({"GPUMUTEX_VISIBLE_DEVICES": "0", "GPUMUTEX_LIBRARY": "/nonexistent.so"},
+     ["GPUMUTEX_LIBRARY", "'/nonexistent.so'"]),
+]
+
+
+def entry_points(marker):
+    """Each public way to run something, set to create `marker` if it runs."""
+    argv = [PYTHON, "-c", f"open({str(marker)!r}, 'w').close()"]
+    return {
+        "run": lambda **kw: gpumutex.run(argv, **kw),
+        "Popen": lambda **kw: gpumutex.Popen(argv, **kw).wait(),
+        "system": lambda **kw: gpumutex.system(
+            f"touch '{marker}'", **kw),
+        "environ": lambda **kw: gpumutex.environ(**kw),
+    }
+
+
+@pytest.mark.parametrize("kwargs,exc,fragments", BAD,
+                         ids=[repr(b[0]) for b in BAD])
+def test_invalid_argument_raises_before_running(native, clean_env, tmp_path,
+                                                kwargs, exc, fragments):
+    marker = tmp_path / "ran"
+    for name, call in entry_points(marker).items():
+        with pytest.raises(exc) as info:
+            call(env=clean_env, **kwargs)
+        for fragment in fragments:
+            assert fragment in str(info.value), (name, str(info.value))
+        assert not marker.exists(), f"{name} ran the command"
+
+
+@pytest.mark.parametrize("variables,fragments", BAD_INHERITED,
+                         ids=[repr(b[0]) for b in BAD_INHERITED])
+def test_invalid_inherited_variable_raises(native, clean_env, tmp_path,
+                                           variables, fragments):
+    marker = tmp_path / "ran"
+    for name, call in entry_points(marker).items():
+        with pytest.raises(ValueError) as info:
+            call(env=dict(clean_env, **variables))
+        for fragment in fragments:
+            assert fragment in str(info.value), (name, str(info.value))
+        assert not marker.exists(), f"{name} ran the command"
+
+
+def test_checks_agree_with_gpumutex_run(native, clean_env):
+    """Text values: the Python checks accept exactly what gpumutex-run (the
+    C core's parsers) accepts, so a value that passes here never fails in
+    the child's cuInit."""
+    run_bin = os.path.join(BUILD, "gpumutex-run")
+
+    def c_accepts(variables):
+        r = subprocess.run([run_bin, "--", "true"], capture_output=True,
+                           env=dict(clean_env, **variables))
+        assert r.returncode in (0, 2), r
+        return r.returncode == 0
+
+    def py_accepts(variables):
+        try:
+            gpumutex.environ(env=dict(clean_env, **variables))
+            return True
+        except ValueError:
+            return False
+
+    devices = ["0", "0,1,63", "007", "0000", "00000", "64", "0,", ",0", "",
+               "1,1", "+1", " 1", "1 ", "0x1", "١"]
+    nums = ["1", "2", "3", "0", "-1", "+1", " 1", "\t1", "1.0", "", "01",
+            "99999999999999999999"]
+    timeouts = ["0", "30", "0.5", ".5", "5.", ".", "1.2.3", "-1", "1e3",
+                "inf", "nan", " 1", "1000000000", "1000000001", ""]
+    lockdirs = ["/tmp/x", "/", "tmp", "", "./x"]
+    cases = ([{"GPUMUTEX_VISIBLE_DEVICES": d} for d in devices]
+             + [{"GPUMUTEX_VISIBLE_DEVICES": "0,1", "GPUMUTEX_NUM_DEVICES": n}
+                for n in nums]
+             + [{"GPUMUTEX_VISIBLE_DEVICES": "0", "GPUMUTEX_TIMEOUT": t}
+                for t in timeouts]
+             + [{"GPUMUTEX_VISIBLE_DEVICES": "0", "GPUMUTEX_LOCK_DIR": d}
+                for d in lockdirs])
+    for variables in cases:
+        assert py_accepts(variables) == c_accepts(variables), variables
+
+
+# ---- system() ------------------------------------------------------------------
+
+@pytest.mark.parametrize("command", ["exit 0", "exit 3", "exit 255",
+                                     "kill -KILL $$", "kill -TERM $$"])
+def test_system_status_matches_os_system(native, command):
+    expected = os.system(command)
+    assert gpumutex.system(command, visible_devices="0") == expected
+    if command == "exit 3":
+        assert expected == 768
+    if command == "kill -KILL $$":
+        assert expected == signal.SIGKILL
+
+
+def test_system_runs_under_gpumutex(native, clean_env, tmp_path):
+    lib = os.path.realpath(LIBRARY)
+    check = ('test "$GPUMUTEX_VISIBLE_DEVICES" = 1,2 && '
+             'test "$GPUMUTEX_NUM_DEVICES" = 2 && '
+             f'test "$LD_PRELOAD" = "{lib}" && '
+             'test "$(pwd)" = "$WANT_CWD"')
+    assert gpumutex.system(check, visible_devices=[1, 2], num_devices=2,
+                           cwd=tmp_path, env=dict(clean_env,
+                                                  WANT_CWD=str(tmp_path))) == 0
+    assert gpumutex.system(check, visible_devices=[1, 3], num_devices=2,
+                           cwd=tmp_path, env=clean_env) == 256
+    with pytest.raises(TypeError):
+        gpumutex.system("true", visible_devices="0", shell=True)
+
+
+# ---- run() and Popen(): subprocess pass-through --------------------------------
+
+def test_run_passes_subprocess_kwargs(native, clean_env, tmp_path):
+    r = gpumutex.run([PYTHON, "-c", "import os, sys; print(os.getcwd()); "
+                      "print(sys.stdin.read().upper())"],
+                     visible_devices="0", cwd=tmp_path, input="hello",
+                     capture_output=True, text=True)
+    assert isinstance(r, subprocess.CompletedProcess)
+    assert r.returncode == 0 and r.stderr == ""
+    assert r.stdout.split() == [str(tmp_path), "HELLO"]
+
+    with pytest.raises(subprocess.CalledProcessError) as info:
+        gpumutex.run([PYTHON, "-c", "import sys; sys.exit(3)"],
+                     visible_devices="0", check=True)
+    assert info.value.returncode == 3
+    r = gpumutex.run([PYTHON, "-c", "import sys; sys.exit(3)"],
+                     visible_devices="0")
+    assert r.returncode == 3
+
+    # env= is the base: the caller's other variables are not added.
+    env = child_env(visible_devices="0", env={"ONLY_IN_BASE": "1"})
+    assert env["ONLY_IN_BASE"] == "1" and "PATH" not in env
+
+    # subprocess.run's own timeout, under another name.
+    with pytest.raises(subprocess.TimeoutExpired):
+        gpumutex.run([PYTHON, "-c", "import time; time.sleep(30)"],
+                     visible_devices="0", subprocess_timeout=0.5)
+
+
+def test_popen(native, clean_env):
+    p = gpumutex.Popen(PRINT_ENV, visible_devices=[5], quiet=True,
+                       stdout=subprocess.PIPE, text=True, env=clean_env)
+    assert isinstance(p, subprocess.Popen)
+    out, _ = p.communicate(timeout=60)
+    assert p.returncode == 0
+    env = json.loads(out)
+    assert env["GPUMUTEX_VISIBLE_DEVICES"] == "5"
+    assert env["GPUMUTEX_QUIET"] == "1"
+
+
+# ---- python -m gpumutex -----------------------------------------------------------
+
+def py_m(*args, env=None, **kwargs):
+    return subprocess.run([PYTHON, "-m", "gpumutex", *args],
+                          env=dict(env or os.environ, **PY_ENV),
+                          capture_output=True, text=True, timeout=60, **kwargs)
+
+
+def test_python_m_gpumutex_is_the_cli(native, clean_env, lockdir):
+    r = py_m("--version")
+    assert r.returncode == 0 and r.stdout.split() == ["gpumutex", "0.1.0"]
+    r = py_m("frobnicate")
+    assert r.returncode == 2 and "frobnicate" in r.stderr
+
+    r = py_m("status", "--json", "--lock-dir", lockdir)
+    assert r.returncode == 0
+    doc = json.loads(r.stdout)
+    assert doc["schema"] == "gpumutex.status/1" and doc["exists"] is False
+
+    r = py_m("init", "--lock-dir", lockdir, "--visible-devices", "0,1")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(py_m("status", "--json", "--lock-dir", lockdir).stdout)
+    assert doc["exists"] is True
+    assert [(d["index"], d["state"]) for d in doc["devices"]] == [
+        (0, "free"), (1, "free")]
+
+    # `run` execs: the command has python's pid, its status is python's.
+    p = subprocess.Popen([PYTHON, "-m", "gpumutex", "run", "--visible-devices",
+                          "0", "--", "sh", "-c", 'echo $$; kill -TERM $$'],
+                         env=dict(clean_env, **PY_ENV), stdout=subprocess.PIPE,
+                         text=True)
+    out, _ = p.communicate(timeout=60)
+    assert int(out) == p.pid
+    assert p.returncode == -signal.SIGTERM
+    r = py_m("run", "--visible-devices", "0", "--", "sh", "-c", "exit 7",
+             env=clean_env)
+    assert r.returncode == 7
+
+
+def test_status_sees_a_python_job(native, clean_env, lockdir):
+    """A job started by gpumutex.Popen holds a fake GPU; `python -m gpumutex
+    status --json` shows its lease under its job id and pid."""
+    env = dict(clean_env, LD_LIBRARY_PATH=FAKECUDA, FAKECUDA_NUM_DEVICES="2")
+    p = gpumutex.Popen([PYTHON, "-c", CUDA_JOB, "hold"], visible_devices="0,1",
+                       lock_dir=lockdir, stdin=subprocess.PIPE,
+                       stdout=subprocess.PIPE, text=True, env=env)
+    try:
+        job, cvd = p.stdout.readline().split()
+        doc = json.loads(py_m("status", "--json", "--lock-dir",
+                              lockdir).stdout)
+        assert [(lease["job"], lease["pids"], lease["devices"])
+                for lease in doc["leases"]] == [(job, [p.pid], [int(cvd)])]
+    finally:
+        p.stdin.close()
+        assert p.wait(timeout=60) == 0
+    doc = json.loads(py_m("status", "--json", "--lock-dir", lockdir).stdout)
+    assert doc["leases"] == []
+
+
+# ---- Contention through the real library and the fake driver -------------------
+
+def test_threads_take_turns_on_fake_gpus(native, clean_env, lockdir, journal):
+    njobs = 6
+    env = dict(clean_env, LD_LIBRARY_PATH=FAKECUDA, FAKECUDA_NUM_DEVICES="2",
+               FAKECUDA_JOURNAL=journal, HOLD_S=str(HOLD_S),
+               GPUMUTEX_RECHECK_MS="0")  # a lost wake-up must hang, not hide
+    results = [None] * njobs
+
+    def one(i):
+        results[i] = gpumutex.run([PYTHON, "-c", CUDA_JOB],
+                                  visible_devices=[0, 1], lock_dir=lockdir,
+                                  quiet=True, env=env, capture_output=True,
+                                  text=True, subprocess_timeout=120)
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(njobs)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for r in results:
+        assert r.returncode == 0, r.stderr
+        assert r.stderr == ""                 # quiet=True: no waiting line
+    printed = [r.stdout.split() for r in results]
+    assert len({job for job, _ in printed}) == njobs
+    assert {cvd for _, cvd in printed} == {"0", "1"}
+
+    events = journal_lib.parse(journal)
+    spans = journal_lib.check_exclusive(events)
+    assert set(spans) == {0, 1}                # both fake GPUs were used
+    owners = {owner for ss in spans.values() for _, _, owner, _ in ss}
+    assert owners == {job for job, _ in printed}
+    for job, _ in printed:
+        kinds = [e["ev"] for e in events if e["job"] == job]
+        assert kinds[:2] == ["init", "begin"] and kinds[-1] == "end"
+
+
+def test_contention_check_has_teeth(native, clean_env, tmp_path):
+    """The same jobs without gpumutex overlap, and check_exclusive says so:
+    the test above would catch a library that let jobs through."""
+    journal = str(tmp_path / "journal")
+    procs = [subprocess.Popen([PYTHON, "-c", CUDA_JOB], stdout=subprocess.PIPE,
+                              env=dict(clean_env, LD_LIBRARY_PATH=FAKECUDA,
+                                       FAKECUDA_JOURNAL=journal,
+                                       HOLD_S=str(HOLD_S), GPUMUTEX_JOB=f"j{i}",
+                                       CUDA_VISIBLE_DEVICES="0"))
+             for i in range(3)]
+    for p in procs:
+        p.communicate(timeout=60)
+        assert p.returncode == 0
+    with pytest.raises(AssertionError, match="two jobs held one device"):
+        journal_lib.check_exclusive(journal_lib.parse(journal))
+
+
+# ---- pip install into a venv (slow: one install per session) --------------------
+
+def test_pip_install_into_venv(native, tmp_path_factory, clean_env):
+    venv = str(tmp_path_factory.mktemp("venv") / "v")
+    env = {k: v for k, v in clean_env.items()
+           if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL", "PYTHONPATH")}
+    env["PIP_DISABLE_PIP_VERSION_CHECK"] = "1"
+    subprocess.run(["/usr/bin/python3", "-m", "venv", "--system-site-packages",
+                    venv], check=True, env=env, timeout=300)
+    r = subprocess.run([os.path.join(venv, "bin", "pip"), "install",
+                        "--no-build-isolation", "--no-index", REPO],
+                       env=env, capture_output=True, text=True, cwd=venv,
+                       timeout=600)
+    assert r.returncode == 0, r.stdout + r.stderr
+    vpython = os.path.join(venv, "bin", "python")
+    real_venv = os.path.realpath(venv)
+
+    # The packaged library and programs, not the repository's.
+    r = subprocess.run([vpython, "-c", "import gpumutex; "
+                        "print(gpumutex.library_path()); "
+                        "print(gpumutex.__version__)"],
+                       env=env, cwd=venv, capture_output=True, text=True,
+                       check=True)
+    lib, version = r.stdout.split()
+    assert lib.startswith(real_venv + os.sep) and lib.endswith(
+        "/gpumutex/_bin/libgpumutex.so")
+    assert version == "0.1.0"
+    for prog in ("gpumutex", "gpumutex-run"):
+        r = subprocess.run([os.path.join(venv, "bin", prog), "--version"],
+                           env=env, capture_output=True, text=True, check=True)
+        assert r.stdout.split() == [prog, "0.1.0"]
+        assert os.access(os.path.join(os.path.dirname(lib), prog), os.X_OK)
+    # Children of the installed package and of its gpumutex-run preload the
+    # installed library.
+    r = subprocess.run([vpython, "-c", "import gpumutex, sys; sys.exit("
+                        "gpumutex.system('test \"$LD_PRELOAD\" = ' + "
+                        "gpumutex.library_path(), visible_devices='0') >> 8)"],
+                       env=env, cwd=venv)
+    assert r.returncode == 0
+    r = subprocess.run([os.path.join(venv, "bin", "gpumutex-run"),
+                        "--visible-devices", "0", "--", "sh", "-c",
+                        "echo $LD_PRELOAD"], env=env, capture_output=True,
+                       text=True, check=True)
+    assert r.stdout.strip() == lib
+    r = subprocess.run([vpython, "-m", "gpumutex", "status", "--json",
+                        "--lock-dir", str(tmp_path_factory.mktemp("locks"))],
+                       env=env, cwd=venv, capture_output=True, text=True,
+                       check=True)
+    assert json.loads(r.stdout)["schema"] == "gpumutex.status/1"
+
+    # The build left nothing in the source tree (only under build/).
+    for d in (REPO, os.path.join(REPO, "python")):
+        assert not [n for n in os.listdir(d) if n.endswith(".egg-info")], d
+    assert not os.path.exists(os.path.join(REPO, "python", "build"))
+    assert not os.path.exists(os.path.join(REPO, "python", "gpumutex", "_bin"))
+    shutil.rmtree(venv, ignore_errors=True)
