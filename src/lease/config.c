@@ -131,38 +131,56 @@ int gm_job_check(const char *name, const char *text, char *err,
 	return 0;
 }
 
-void gm_job_generate(char *buf)
+void gm__random_bytes(void *out, size_t len)
 {
-	unsigned char raw[16];
+	unsigned char *raw = out;
 	size_t got = 0;
 
 	/* getrandom(2) by number: its libc wrapper is newer than our glibc
-	 * floor. Fall back to /dev/urandom, then to time and pid, so a job id
-	 * is always produced (uniqueness, not secrecy, is what matters). */
+	 * floor. Fall back to /dev/urandom, then to time and pid, so bytes are
+	 * always produced (uniqueness, not secrecy, is what matters). */
 #ifdef SYS_getrandom
 	{
-		long r = syscall(SYS_getrandom, raw, sizeof raw, 0);
-		if (r == (long)sizeof raw)
-			got = sizeof raw;
+		long r = syscall(SYS_getrandom, raw, len, 0);
+		if (r == (long)len)
+			got = len;
 	}
 #endif
-	if (got < sizeof raw) {
+	if (got < len) {
 		int fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
 		if (fd >= 0) {
-			ssize_t r = read(fd, raw, sizeof raw);
-			got = r == (ssize_t)sizeof raw ? sizeof raw : 0;
+			ssize_t r = read(fd, raw, len);
+			got = r == (ssize_t)len ? len : 0;
 			close(fd);
 		}
 	}
-	if (got < sizeof raw) {
+	if (got < len) {
+		static unsigned long counter;
 		struct timespec ts;
-		uint64_t a, b;
+		uint64_t x;
 		clock_gettime(CLOCK_REALTIME, &ts);
-		a = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-		b = ((uint64_t)getpid() << 32) ^ (uint64_t)(uintptr_t)buf;
-		memcpy(raw, &a, 8);
-		memcpy(raw + 8, &b, 8);
+		x = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+		x ^= ((uint64_t)getpid() << 32) ^
+		     __atomic_add_fetch(&counter, 1, __ATOMIC_RELAXED);
+		for (size_t i = 0; i < len; i++) {
+			x = x * 6364136223846793005u + 1442695040888963407u;
+			raw[i] = (unsigned char)(x >> 56);
+		}
 	}
+}
+
+uint64_t gm__random_u64(void)
+{
+	uint64_t v;
+	gm__random_bytes(&v, sizeof v);
+	return v;
+}
+
+void gm_job_generate(char *buf)
+{
+	unsigned char raw[16];
+
+	gm__random_bytes(raw, sizeof raw);
 	for (size_t i = 0; i < sizeof raw; i++)
 		snprintf(buf + 2 * i, 3, "%02x", raw[i]);
 }

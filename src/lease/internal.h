@@ -24,6 +24,11 @@
 /* Byte 0 of a device file is the device itself; lease L's members also
  * hold byte GM_LEASE_OFF + L, which names the lease (see docs/design.md). */
 #define GM_LEASE_OFF 1
+/* Lease ids are random, from 1 to GM_LEASE_MAX (so 1+L fits in off_t). */
+#define GM_LEASE_MAX ((UINT64_C(1) << 61) - 1)
+/* Records are read whole up to this size; members are appended only
+ * while a record is below 3/8 of it, so it cannot grow for ever. */
+#define GM_RECORD_MAX 4096
 
 /* Format into err (if any) and return rc: `return gm__fail(-EINVAL, ...)`. */
 int gm__fail(int rc, char *err, size_t errlen, const char *fmt, ...)
@@ -76,6 +81,10 @@ int gm__fstatat(int dirfd, const char *name, struct stat *st, int flags);
 /* 1 if `fd` is still the file called `name` in `dirfd`, else 0. */
 int gm__still_linked(int dirfd, const char *name, int fd);
 
+/* Random bytes (getrandom, else /dev/urandom, else time and pid). */
+void gm__random_bytes(void *out, size_t len);
+uint64_t gm__random_u64(void);
+
 /* CLOCK_MONOTONIC / CLOCK_REALTIME in nanoseconds. */
 int64_t gm__mono_ns(void);
 int64_t gm__real_ns(void);
@@ -94,9 +103,16 @@ int gm__record_parse(const char *text, uint64_t *lease, int *devices,
 		     int *ndevices);
 
 /* 1 if some description holds lease `lease`'s name byte on any of the
- * devices (the lease has a live member), else 0. Takes no lock. */
+ * devices (the lease has a live member), 0 if none does, -1 if that could
+ * not be told (a device file could not be opened). Takes no lock. */
 int gm__lease_alive(const struct gm__dir *d, uint64_t lease,
 		    const int *devices, int ndevices);
+
+/* Read a lease record: a regular file (anything else is refused without
+ * blocking), up to len-1 bytes, NUL-terminated; its owner in *owner.
+ * 0 or -errno (-ENOENT: none; -EINVAL: not a regular file). */
+int gm__read_record(int dirfd, const char *name, char *buf, size_t len,
+		    uid_t *owner);
 
 /* Parse a ticket's file name (see lease.c). 0 or -EINVAL. */
 int gm__ticket_parse(const char *name, uint64_t *seq, unsigned *uid,

@@ -24,6 +24,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "internal.h"
@@ -140,22 +141,26 @@ struct record {
 	int ndevices;
 };
 
+/* Our job's record, if there is one we can trust: a regular file of ours.
+ * Returns 0, -ENOENT when there is none (or it is not ours or not valid:
+ * then no lease of ours can be described by it), or another -errno when
+ * it could not be read. */
 static int record_read(struct acq *a, struct record *r)
 {
-	char name[GM_JOB_MAX + 48], buf[1024];
-	int fd;
-	ssize_t n;
+	char name[GM_JOB_MAX + 48], buf[GM_RECORD_MAX];
+	uid_t owner;
+	int rc;
 
 	snprintf(name, sizeof name, "%s.lease", a->jobname);
-	fd = openat(a->d.job, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
-	if (fd < 0)
+	rc = gm__read_record(a->d.job, name, buf, sizeof buf, &owner);
+	if (rc == -ENOENT || rc == -EINVAL)
 		return -ENOENT;
-	n = read(fd, buf, sizeof buf - 1);
-	close(fd);
-	if (n <= 0)
+	if (rc)
+		return rc;
+	if (owner != geteuid() ||
+	    gm__record_parse(buf, &r->lease, r->devices, &r->ndevices) != 0)
 		return -ENOENT;
-	buf[n] = '\0';
-	return gm__record_parse(buf, &r->lease, r->devices, &r->ndevices);
+	return 0;
 }
 
 static int record_write(struct acq *a, const struct gm_lease *l)
@@ -166,6 +171,7 @@ static int record_write(struct acq *a, const struct gm_lease *l)
 	int fd, len, rc = 0;
 	pid_t pid = getpid();
 
+	errno = 0;
 	for (int i = 0; i < l->ndevices; i++)
 		off += (size_t)snprintf(list + off, sizeof list - off, "%s%d",
 					i ? "," : "", l->devices[i]);
@@ -187,6 +193,8 @@ static int record_write(struct acq *a, const struct gm_lease *l)
 	if (fd < 0)
 		goto fail;
 	if (fchmod(fd, 0644) < 0 || write(fd, buf, (size_t)len) != len) {
+		if (errno == 0)
+			errno = EIO;
 		close(fd);
 		goto fail;
 	}
@@ -208,9 +216,19 @@ static void record_add_member(struct acq *a)
 	int fd, len;
 
 	snprintf(name, sizeof name, "%s.lease", a->jobname);
-	fd = openat(a->d.job, name, O_WRONLY | O_APPEND | O_NOFOLLOW | O_CLOEXEC);
+	fd = openat(a->d.job, name,
+		    O_WRONLY | O_APPEND | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
 	if (fd < 0)
 		return; /* the record is for display; the locks are the lease */
+	{
+		/* Bounded: past half the readable size, members go unlisted. */
+		struct stat st;
+		if (gm__fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) ||
+		    st.st_size > GM_RECORD_MAX * 3 / 8) {
+			close(fd);
+			return;
+		}
+	}
 	len = snprintf(line, sizeof line, "member=%d\n", (int)getpid());
 	if (write(fd, line, (size_t)len) < 0) {
 		/* nothing to do: status just will not list this member */
@@ -320,6 +338,8 @@ static int cmp_entry_desc(const void *x, const void *y)
 	return a->seq < b->seq ? 1 : a->seq > b->seq ? -1 : 0;
 }
 
+static void release_ticket(struct acq *a);
+
 /*
  * Take the next ticket and make queue/<name>, locked, before the counter
  * lock is released: anyone who takes a later ticket then finds ours.
@@ -335,9 +355,26 @@ static int take_ticket(struct acq *a)
 		       0, 0666, a->err, a->errlen);
 	if (cfd < 0)
 		return cfd;
-	/* Held for a few system calls only, by processes that never wait
-	 * for anything while holding it; so a blocking lock is right. */
-	rc = gm__lock(cfd, F_OFD_SETLKW, F_WRLCK, 0);
+	/* Held for a few system calls only, by processes that never wait for
+	 * anything while holding it. Still, anyone can lock the file, and a
+	 * holder can be stopped, so the wait must honour the deadline: try,
+	 * and back off from 20 us up to 50 ms between tries. This is the one
+	 * wait that is not a doorbell: it guards a few system calls. */
+	for (long us = 20;; us = us < 50000 ? us * 2 : 50000) {
+		struct timespec ts;
+
+		rc = gm__lock(cfd, F_OFD_SETLK, F_WRLCK, 0);
+		if (rc != -EAGAIN)
+			break;
+		if (a->deadline >= 0 &&
+		    gm__mono_ns() + us * 1000 > a->deadline) {
+			close(cfd);
+			return timed_out(a);
+		}
+		ts.tv_sec = 0;
+		ts.tv_nsec = us * 1000;
+		nanosleep(&ts, NULL);
+	}
 	if (rc) {
 		close(cfd);
 		return gm__fail(rc, a->err, a->errlen,
@@ -350,6 +387,12 @@ static int take_ticket(struct acq *a)
 		seq = strtoull(buf, NULL, 16);
 		if (seq == 0)
 			seq = 1;
+	}
+	if (seq > (UINT64_C(1) << 48)) {
+		close(cfd);
+		return gm__fail(-EINVAL, a->err, a->errlen,
+				"the ticket counter queue/seq is damaged (value %" PRIx64 "); remove that file",
+				seq);
 	}
 	for (int tries = 0;; tries++, seq++) {
 		int fd;
@@ -380,8 +423,10 @@ static int take_ticket(struct acq *a)
 		GM_CRASHPOINT("ticket-made");
 		n = snprintf(buf, sizeof buf, "%016" PRIx64 "\n", seq + 1);
 		if (pwrite(cfd, buf, (size_t)n, 0) != n) {
-			/* The ticket is made; the next taker finds the name
-			 * taken and moves past it. */
+			/* Without the new value the next taker would get our
+			 * number too: give the ticket back and fail. */
+			rc = errno ? -errno : -EIO;
+			release_ticket(a);
 		}
 		break;
 	}
@@ -460,8 +505,16 @@ static int find_predecessor(struct acq *a, int count, int *ahead)
 	for (size_t i = 0; i < n; i++) {
 		int fd = openat(a->d.queue, v[i].name,
 				O_RDONLY | O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC);
-		if (fd < 0)
+		if (fd < 0 && errno == ENOENT)
 			continue; /* gone: granted, gave up, or cleaned */
+		if (fd < 0) {
+			/* Not knowing whether it is alive, we must not pass it. */
+			int rc = -errno;
+			free(v);
+			if (found >= 0)
+				close(found);
+			return rc;
+		}
 		if (gm__probe(fd, F_WRLCK, 0) == F_UNLCK) {
 			/* Dead: its waiter died without cleaning up. Tickets are
 			 * never reused, so a dead one stays dead; remove ours. */
@@ -491,7 +544,7 @@ static int find_predecessor(struct acq *a, int count, int *ahead)
  * or -errno.
  */
 static int try_devices(struct acq *a, struct gm_lease *out,
-		       struct pollfd *bells, int *nbells)
+		       struct pollfd *bells, int *belldev, int *nbells)
 {
 	const struct gm_config *c = a->cfg;
 	int held[GM_MAX_DEVICES], nheld = 0, heldidx[GM_MAX_DEVICES];
@@ -533,6 +586,7 @@ static int try_devices(struct acq *a, struct gm_lease *out,
 					"cannot lock device file dev/%d: %s",
 					c->devices[i], strerror(-rc));
 		}
+		belldev[*nbells] = c->devices[i];
 		bells[(*nbells)++].fd = bell;
 		continue;
 fail_bell:
@@ -568,7 +622,12 @@ static int grant(struct acq *a, struct gm_lease *l)
 {
 	int rc;
 
-	l->lease_id = a->ticket;
+	/* Random, not the ticket number: the counter is a shared file that a
+	 * rewind (or damage) could make repeat, and a repeated lease id would
+	 * let a late process of an old lease pass for a member of a new one. */
+	l->lease_id = gm__random_u64() & GM_LEASE_MAX;
+	if (l->lease_id == 0)
+		l->lease_id = 1;
 	l->ticket = a->ticket;
 	/* Sort devices and descriptors together, for stable output. */
 	for (int i = 1; i < l->ndevices; i++)
@@ -609,7 +668,8 @@ static int grant(struct acq *a, struct gm_lease *l)
 static int claim(struct acq *a, struct gm_lease *out)
 {
 	struct pollfd bells[GM_MAX_DEVICES];
-	int rc, nbells, ahead;
+	int rc, nbells, ahead, belldev[GM_MAX_DEVICES];
+	uint64_t rang = 0, suspect = 0, stale = 0;
 
 	/* Make every candidate's device file now, not only the ones tried,
 	 * so `gpumutex status` lists the whole managed set from the start. */
@@ -645,17 +705,43 @@ static int claim(struct acq *a, struct gm_lease *out)
 		/* At the head: nobody conflicting is older, and nobody can
 		 * become older later, since tickets only grow. */
 		for (;;) {
-			rc = try_devices(a, out, bells, &nbells);
+			int n = 0, timer = a->cfg->recheck_ms;
+
+			rc = try_devices(a, out, bells, belldev, &nbells);
 			if (rc < 0)
 				return rc;
 			if (rc == 1)
 				break;
+			/* A doorbell that rang while its device is still locked
+			 * means a lock without a writer (someone locked the
+			 * device through a read-only descriptor): its doorbell
+			 * would ring for ever. Watch such a device by timer. */
+			/* Twice in a row, so that a transient reader racing
+			 * with the hand-off (a late joiner of a dead lease)
+			 * is not mistaken for one. */
+			suspect &= rang;
+			for (int j = 0; j < nbells; j++) {
+				uint64_t bit = UINT64_C(1) << belldev[j];
+				if (rang & bit & suspect)
+					stale |= bit;
+				else if (rang & bit)
+					suspect |= bit;
+				if (stale & bit)
+					close(bells[j].fd);
+				else
+					bells[n++] = bells[j], belldev[n - 1] = belldev[j];
+			}
+			if (stale && (timer <= 0 || timer > 1000))
+				timer = 1000;
 			notify_wait(a, 0, 1, 0);
 			GM_CRASHPOINT("head-waiting");
-			rc = gm__wait(bells, nbells, a->deadline,
-				      a->cfg->recheck_ms);
-			for (int j = 0; j < nbells; j++)
+			rc = gm__wait(bells, n, a->deadline, timer);
+			rang = 0;
+			for (int j = 0; j < n; j++) {
+				if (bells[j].revents & POLLHUP)
+					rang |= UINT64_C(1) << belldev[j];
 				close(bells[j].fd);
+			}
 			if (rc == -ETIMEDOUT)
 				return timed_out(a);
 			if (rc)
@@ -676,7 +762,7 @@ int gm_lease_acquire(const struct gm_config *cfg,
 {
 	struct acq a;
 	struct record r;
-	int rc;
+	int rc, dead = 0;
 
 	memset(out, 0, sizeof *out);
 	memset(&a, 0, sizeof a);
@@ -715,7 +801,8 @@ int gm_lease_acquire(const struct gm_config *cfg,
 	rc = job_lock(&a);
 	if (rc)
 		goto out;
-	if (record_read(&a, &r) == 0) {
+	rc = record_read(&a, &r);
+	if (rc == 0) {
 		rc = join(&a, &r, out);
 		if (rc == 1) {
 			record_add_member(&a);
@@ -723,8 +810,15 @@ int gm_lease_acquire(const struct gm_config *cfg,
 			goto out;
 		}
 		if (rc < 0)
-			goto out;
+			goto out; /* not known to be dead: touch nothing */
+	} else if (rc != -ENOENT) {
+		rc = gm__fail(rc, err, errlen, "cannot read the lease record of job %s: %s",
+			      cfg->job, strerror(-rc));
+		goto out;
 	}
+	/* Known now: the job has no live lease, and none can appear while we
+	 * hold its job lock. */
+	dead = 1;
 	rc = claim(&a, out);
 	if (rc == 0 && hooks && hooks->on_granted)
 		hooks->on_granted(hooks->arg, out);
@@ -734,11 +828,12 @@ out:
 	/* Order matters: the ticket goes first (our successor may start),
 	 * then the job lock (our job's other processes may join). */
 	release_ticket(&a);
-	if (rc && a.jobfd >= 0) {
+	if (rc && a.jobfd >= 0 && dead) {
 		/* Giving up leaves nothing behind. We hold the job lock and
 		 * found no live lease, so none can exist: the job's files
 		 * describe nothing (same-job waiters start over, as after a
-		 * cleanup). */
+		 * cleanup). After an error before that was known, nothing is
+		 * removed. */
 		char name[GM_JOB_MAX + 48];
 		snprintf(name, sizeof name, "%s.lease", a.jobname);
 		unlinkat(a.d.job, name, 0);

@@ -183,8 +183,12 @@ static int create_file(int dirfd, const char *what, const char *name,
 		goto fail_unlink;
 	}
 	close(fd);
-	if (linkat(dirfd, tmp, dirfd, name, 0) < 0 && errno != EEXIST)
+	if (linkat(dirfd, tmp, dirfd, name, 0) < 0 && errno != EEXIST) {
+		if (errno == ENOENT)
+			return 0; /* our temporary file was cleaned: the caller
+				   * opens again and, finding nothing, retries */
 		goto fail_unlink;
+	}
 	unlinkat(dirfd, tmp, 0);
 	return 0;
 fail_unlink:

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "internal.h"
@@ -26,7 +27,9 @@ int gm__record_parse(const char *text, uint64_t *lease, int *devices,
 	if (strncmp(text, "gpumutex-lease 1\n", 17) != 0 || !l || !d)
 		return -EINVAL;
 	*lease = strtoull(l + 7, &end, 16);
-	if (end == l + 7 || *end != '\n')
+	/* A lease id names byte GM_LEASE_OFF + id of a device file: keep it
+	 * clear of byte 0 and of off_t's limit, whatever the file says. */
+	if (end == l + 7 || *end != '\n' || *lease == 0 || *lease > GM_LEASE_MAX)
 		return -EINVAL;
 	d += 9;
 	len = strcspn(d, "\n");
@@ -40,37 +43,54 @@ int gm__record_parse(const char *text, uint64_t *lease, int *devices,
 int gm__lease_alive(const struct gm__dir *d, uint64_t lease,
 		    const int *devices, int ndevices)
 {
+	int unknown = 0;
+
 	for (int i = 0; i < ndevices; i++) {
 		char name[16];
-		int fd, held;
+		int fd, who;
 
 		snprintf(name, sizeof name, "%d", devices[i]);
 		fd = openat(d->dev, name,
 			    O_RDONLY | O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC);
-		if (fd < 0)
+		if (fd < 0) {
+			unknown |= errno != ENOENT;
 			continue;
-		held = gm__probe(fd, F_WRLCK,
-				 GM_LEASE_OFF + (int64_t)lease) == F_RDLCK;
+		}
+		who = gm__probe(fd, F_WRLCK, GM_LEASE_OFF + (int64_t)lease);
 		close(fd);
-		if (held)
+		if (who == F_RDLCK)
 			return 1;
+		unknown |= who < 0;
 	}
-	return 0;
+	return unknown ? -1 : 0;
 }
 
-static int read_small(int dirfd, const char *name, char *buf, size_t len)
+int gm__read_record(int dirfd, const char *name, char *buf, size_t len,
+		    uid_t *owner)
 {
-	int fd = openat(dirfd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+	/* O_NONBLOCK and a type check: anyone can put a FIFO (or worse)
+	 * under a record's name in the shared directory, and a plain open of
+	 * a FIFO would block for ever. */
+	int fd = openat(dirfd, name,
+			O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK), rc = 0;
+	struct stat st;
 	ssize_t n;
 
 	if (fd < 0)
 		return -errno;
+	if (gm__fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
+		close(fd);
+		return -EINVAL;
+	}
 	n = read(fd, buf, len - 1);
-	close(fd);
 	if (n < 0)
-		return -EIO;
-	buf[n] = '\0';
-	return 0;
+		rc = -errno;
+	else
+		buf[n] = '\0';
+	close(fd);
+	if (owner)
+		*owner = st.st_uid;
+	return rc;
 }
 
 /* Remove job `name` (a FIFO called <uid>-<job>) if it is dead. We take
@@ -80,9 +100,9 @@ static int read_small(int dirfd, const char *name, char *buf, size_t len)
  * linked, and starts over (lease.c, job_lock). */
 static void cleanup_one(const struct gm__dir *d, const char *name)
 {
-	char rec[GM_JOB_MAX + 48], tmp[GM_JOB_MAX + 48], buf[1024];
+	char rec[GM_JOB_MAX + 48], tmp[GM_JOB_MAX + 48], buf[GM_RECORD_MAX];
 	uint64_t lease;
-	int devices[GM_MAX_DEVICES], n = 0;
+	int devices[GM_MAX_DEVICES], n = 0, rc;
 	int fd = openat(d->job, name,
 			O_RDWR | O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC);
 
@@ -93,16 +113,53 @@ static void cleanup_one(const struct gm__dir *d, const char *name)
 		goto out;
 	snprintf(rec, sizeof rec, "%s.lease", name);
 	snprintf(tmp, sizeof tmp, "%s.lease.tmp", name);
-	if (read_small(d->job, rec, buf, sizeof buf) == 0 &&
-	    gm__record_parse(buf, &lease, devices, &n) == 0 &&
-	    gm__lease_alive(d, lease, devices, n))
+	/* Remove only what is known dead: no record, or a record whose
+	 * lease no device names any more. Any error keeps the job. */
+	rc = gm__read_record(d->job, rec, buf, sizeof buf, NULL);
+	if (rc == 0) {
+		if (gm__record_parse(buf, &lease, devices, &n) != 0 ||
+		    gm__lease_alive(d, lease, devices, n) != 0)
+			goto out;
+	} else if (rc != -ENOENT) {
 		goto out;
+	}
 	unlinkat(d->job, rec, 0);
 	unlinkat(d->job, tmp, 0);
 	unlinkat(d->job, name, 0);
 out:
 	gm__unlock_all(fd);
 	close(fd);
+}
+
+/* Temporary files (create_file in lockdir.c) of ours left by a process
+ * killed while making a file. A maker needs its temporary file for a few
+ * system calls, so only ones older than a minute are removed (and a maker
+ * whose file went away anyway makes another). */
+static void cleanup_tmp(int dirfd)
+{
+	DIR *dir;
+	struct dirent *de;
+	int dfd = openat(dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	uid_t me = geteuid();
+
+	if (dfd < 0)
+		return;
+	dir = fdopendir(dfd);
+	if (!dir) {
+		close(dfd);
+		return;
+	}
+	while ((de = readdir(dir)) != NULL) {
+		struct stat st;
+		if (strncmp(de->d_name, ".tmp.", 5) != 0 ||
+		    gm__fstatat(dirfd, de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0 ||
+		    st.st_uid != me ||
+		    (int64_t)st.st_ctim.tv_sec * 1000000000 + st.st_ctim.tv_nsec >
+			    gm__real_ns() - INT64_C(60000000000))
+			continue;
+		unlinkat(dirfd, de->d_name, 0);
+	}
+	closedir(dir);
 }
 
 void gm__cleanup_jobs(const struct gm__dir *d, const char *keep)
@@ -139,4 +196,6 @@ void gm__cleanup_jobs(const struct gm__dir *d, const char *keep)
 		cleanup_one(d, nm);
 	}
 	closedir(dir);
+	cleanup_tmp(d->job);
+	cleanup_tmp(d->dev);
 }

@@ -140,23 +140,15 @@ static int read_leases(const struct gm__dir *d, struct gm_state *st)
 	while ((de = readdir(dir)) != NULL) {
 		const char *nm = de->d_name;
 		size_t len = strlen(nm);
-		char buf[2048];
-		ssize_t n;
-		int fd;
+		char buf[GM_RECORD_MAX];
 		struct gm_state_lease l;
 
 		if (len <= 6 || strcmp(nm + len - 6, ".lease") != 0)
 			continue;
-		fd = openat(d->job, nm, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
-		if (fd < 0)
+		if (gm__read_record(d->job, nm, buf, sizeof buf, NULL) != 0)
 			continue;
-		n = read(fd, buf, sizeof buf - 1);
-		close(fd);
-		if (n <= 0)
-			continue;
-		buf[n] = '\0';
 		if (parse_lease(buf, &l) ||
-		    !gm__lease_alive(d, l.lease_id, l.devices, l.ndevices))
+		    gm__lease_alive(d, l.lease_id, l.devices, l.ndevices) != 1)
 			continue;
 		if (st->nleases == cap) {
 			int nc = cap ? cap * 2 : 16;
