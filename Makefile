@@ -25,6 +25,16 @@ SAN_BINS  := $(B)/tests/lease-unit-san $(B)/tests/lease-holder-san
 CLI_SRC := src/cli/gpumutex.c src/cli/status.c src/cli/run.c
 CLI_HDR := $(wildcard src/cli/*.h)
 
+.PHONY: gate portability
+# The load gate (glibc floor, NEEDED, exports): docs/portability.md.
+gate: $(B)/libgpumutex.so
+	bash tools/gate.sh $(B)/libgpumutex.so src/preload/exports.list
+
+# Load proof in a Debian bullseye root (glibc 2.31); needs root, debootstrap
+# and Debian's package mirror the first time (the root is then cached).
+portability: $(B)/libgpumutex.so
+	bash tools/portability.sh
+
 .PHONY: all check check-unit check-san check-py clean lint demo bench \
         sanitizer-tests
 all: $(B)/liblease.a $(TEST_BINS) $(B)/gpumutex $(B)/libgpumutex.so \
