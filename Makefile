@@ -85,7 +85,11 @@ check-py: all $(SAN_BINS)
 
 check: check-unit check-san check-py
 
-demo: all
+$(B)/demo/fakejob: demo/fakejob.c $(B)/tests/fakecuda/libcuda.so
+	@mkdir -p $(dir $@)
+	$(CC) $(WARN) $(CFLAGS) -o $@ $< -L$(B)/tests/fakecuda -lcuda
+
+demo: all fakecuda $(B)/demo/fakejob
 	$(PYTHON) demo/demo.py
 
 $(B)/bench/%: bench/%.c $(B)/liblease.a $(LEASE_HDR)

@@ -1,9 +1,15 @@
 #!/usr/bin/env python3
-"""gpumutex demo: six jobs of different sizes contend for two GPUs.
+"""gpumutex demo: six CUDA jobs of different sizes contend for two GPUs.
 
-Each job takes its lease through the lease core (tests/lease/lease-holder),
-holds its GPUs for a moment of "work", and lets go. The demo prints each
-event as it happens, then a timeline of who held which GPU when.
+Without a GPU (the usual case on a build machine) the jobs are small
+driver-API programs (demo/fakejob.c) running on the project's fake NVIDIA
+driver (tests/fakecuda), which journals which physical GPU each process
+used and when. Each job is started with `gpumutex-run` and knows nothing
+about gpumutex. The demo prints what happens as it happens, then a
+timeline of who held which GPU when, checked from the driver's journal.
+
+On a machine where nvidia-smi works and PyTorch imports, the jobs are
+short PyTorch matmul loops on the real GPUs 0 and 1 (or 0 alone).
 
 Run it with `make demo`."""
 
@@ -15,70 +21,118 @@ import tempfile
 import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BUILD = os.path.join(REPO, "build")
 sys.path.insert(0, os.path.join(REPO, "tests", "lib"))
 import journal as J  # noqa: E402
 
-HOLDER = os.path.join(REPO, "build", "tests", "lease-holder")
-JOBS = [  # (name, GPUs wanted, work ticks of ~1 ms)
-    ("train-a", 1, 300), ("sweep-b", 2, 200), ("eval-c", 1, 150),
-    ("train-d", 1, 250), ("bench-e", 2, 150), ("probe-f", 1, 100),
+RUN = os.path.join(BUILD, "gpumutex-run")
+JOBS = [  # (name, GPUs wanted, work in ms)
+    ("train-a", 1, 600), ("sweep-b", 2, 400), ("eval-c", 1, 300),
+    ("train-d", 1, 500), ("bench-e", 2, 300), ("probe-f", 1, 200),
 ]
+
+TORCH_JOB = r"""
+import os, sys, time, torch
+ms = int(sys.argv[1]); x = torch.randn(2048, 2048, device="cuda")
+end = time.monotonic() + ms / 1000
+while time.monotonic() < end:
+    y = x @ x
+torch.cuda.synchronize()
+"""
+
+
+def real_gpus():
+    if not shutil.which("nvidia-smi"):
+        return 0
+    try:
+        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True,
+                             text=True, timeout=20)
+        import importlib.util
+        if out.returncode != 0 or not importlib.util.find_spec("torch"):
+            return 0
+        return len([ln for ln in out.stdout.splitlines() if ln.startswith("GPU ")])
+    except Exception:
+        return 0
 
 
 def main():
     tmp = tempfile.mkdtemp(prefix="gpumutex-demo-")
     journal = os.path.join(tmp, "journal")
     lockdir = os.path.join(tmp, "locks")
-    open(journal, "w").close()
-    base = {k: v for k, v in os.environ.items() if not k.startswith("GPUMUTEX_")}
-    base.update(GPUMUTEX_VISIBLE_DEVICES="0,1", GPUMUTEX_LOCK_DIR=lockdir,
-                GM_JOURNAL=journal)
-    print("gpumutex demo: 6 jobs, 2 GPUs (GPUMUTEX_VISIBLE_DEVICES=0,1)\n")
+    ngpu = real_gpus()
+    gpus = "0,1" if ngpu != 1 else "0"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GPUMUTEX_")}
+    if ngpu:
+        print(f"gpumutex demo on real GPUs ({gpus}) with PyTorch jobs\n")
+        cmd = lambda ms: [sys.executable, "-c", TORCH_JOB, str(ms)]  # noqa
+    else:
+        fake = os.path.join(BUILD, "tests", "fakecuda")
+        env.update(LD_LIBRARY_PATH=fake, FAKECUDA_NUM_DEVICES="2",
+                   FAKECUDA_JOURNAL=journal)
+        print("gpumutex demo: 6 jobs, 2 GPUs, fake NVIDIA driver "
+              "(no GPU here)\n")
+        cmd = lambda ms: [os.path.join(BUILD, "demo", "fakejob"), str(ms)]  # noqa
     t0 = time.monotonic_ns()
     procs = {}
-    for name, want, ticks in JOBS:
-        env = dict(base, GPUMUTEX_NUM_DEVICES=str(want), GPUMUTEX_JOB=name)
-        procs[name] = subprocess.Popen(
-            [HOLDER, "--ticks", str(ticks), "--tick-us", "2000"], env=env)
-        print(f"  start   {name:8} wants {want} GPU{'s' if want > 1 else ''}")
+    for name, want, ms in JOBS:
+        want = min(want, len(gpus.split(",")))
+        argv = [RUN, "--visible-devices", gpus, "--num-devices", str(want),
+                "--lock-dir", lockdir, "--", *cmd(ms)]
+        p = subprocess.Popen(argv, env=env)
+        procs[p.pid] = (name, p)
+        print(f"   start  {name:8} (pid {p.pid}) needs {want} GPU"
+              f"{'s' if want > 1 else ''}: gpumutex-run --num-devices {want}"
+              f" -- {os.path.basename(cmd(ms)[0])} ...", flush=True)
+    if ngpu:
+        codes = [p.wait() for _, p in procs.values()]
+        print("\nAll jobs finished:", "ok" if not any(codes) else codes)
+        shutil.rmtree(tmp, ignore_errors=True)
+        return 1 if any(codes) else 0
     seen = 0
-    names = {}
     while True:
-        done = all(p.poll() is not None for p in procs.values())
-        events = J.parse(journal)
+        done = all(p.poll() is not None for _, p in procs.values())
+        events = (J.parse(journal, complete_only=True)
+                  if os.path.exists(journal) else [])
         for e in events[seen:]:
-            names.setdefault(e["pid"], e["job"])
+            name = procs.get(int(e["pid"]), ("?",))[0]
             ms = (e.t - t0) / 1e6
-            if e["ev"] == "wait":
-                print(f"{ms:7.0f} ms  {e['job']:8} waits in line "
-                      f"({e['ahead']} ahead)")
-            elif e["ev"] == "grant":
-                print(f"{ms:7.0f} ms  {e['job']:8} granted GPU {e['devs']}")
+            if e["ev"] == "init":
+                print(f"{ms:7.0f} ms  {name:8} cuInit: gpumutex granted GPU "
+                      f"{e['cvd']} (CUDA_VISIBLE_DEVICES={e['cvd']})",
+                      flush=True)
             elif e["ev"] == "end":
-                print(f"{ms:7.0f} ms  {e['job']:8} releases GPU {e['dev']}")
+                print(f"{ms:7.0f} ms  {name:8} done with GPU {e['dev']}",
+                      flush=True)
         seen = len(events)
         if done:
             break
         time.sleep(0.02)  # display refresh only
-    bad = [n for n, p in procs.items() if p.returncode != 0]
+    codes = {procs[pid][0]: p.returncode for pid, (_, p) in procs.items()}
     ev = J.parse(journal)
     J.check_exclusive(ev)
     letter = {n: "ABCDEF"[i] for i, (n, _, _) in enumerate(JOBS)}
-    print("\nTimeline (each column is 50 ms, '.' = idle):")
+    print("\nTimeline of the fake driver's journal (one column = 50 ms, "
+          "'.' = idle):")
     end = max(e.t for e in ev)
+    hold = J.holdings(ev)
     for dev in (0, 1):
         row = []
-        for k in range(0, int((end - t0) / 50e6) + 1):
+        for k in range(int((end - t0) / 50e6) + 1):
             t = t0 + k * 50e6 + 25e6
             who = "."
-            for (d, owner), pts in J.holdings(ev).items():
+            for (d, owner), pts in hold.items():
                 if d == dev and pts[0][0] <= t <= pts[-1][0]:
-                    who = letter[pts[0][1]["job"]]
+                    who = letter[procs[int(pts[0][1]["pid"])][0]]
             row.append(who)
         print(f"  GPU {dev} |{''.join(row)}|")
-    print("  legend: " + ", ".join(f"{letter[n]}={n}" for n, _, _ in JOBS))
-    print("\nNo two jobs ever held one GPU at once (checked from the journal).")
+    print("  " + ", ".join(f"{letter[n]}={n}" for n, _, _ in JOBS))
+    print("\nNo two jobs ever used one GPU at the same time (checked from the "
+          "driver's journal);\nGPU-hungry jobs waited in arrival order, and "
+          "2-GPU jobs got both GPUs at once.")
     shutil.rmtree(tmp, ignore_errors=True)
+    bad = {n: c for n, c in codes.items() if c}
+    if bad:
+        print("jobs failed:", bad)
     return 1 if bad else 0
 
 

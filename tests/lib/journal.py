@@ -31,10 +31,15 @@ class Event(dict):
         return int(self["t"])
 
 
-def parse(path):
+def parse(path, complete_only=False):
+    """All events of the journal at `path`. With complete_only, a last line
+    still being written (no newline yet) is left out, for readers that
+    follow a journal while it grows."""
     events = []
     with open(path) as f:
         for n, line in enumerate(f, 1):
+            if complete_only and not line.endswith("\n"):
+                break
             line = line.strip()
             if not line:
                 continue
