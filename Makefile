@@ -96,7 +96,11 @@ $(B)/bench/%: bench/%.c $(B)/liblease.a $(LEASE_HDR)
 	@mkdir -p $(dir $@)
 	$(CC) $(WARN) $(CFLAGS) -Isrc/lease -o $@ $< $(B)/liblease.a
 
-bench: all $(B)/bench/handoff
+$(B)/bench/cuprobe_bench: bench/cuprobe_bench.c
+	@mkdir -p $(dir $@)
+	$(CC) $(WARN) $(CFLAGS) -o $@ $< -ldl
+
+bench: all $(B)/bench/handoff $(B)/bench/cuprobe_bench
 	$(PYTHON) bench/bench.py
 
 lint:

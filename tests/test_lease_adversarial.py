@@ -529,12 +529,13 @@ def test_kills_during_same_job_arrivals(built, lockdir, journal, holder):
         ev = J.parse(journal)
         J.check_exclusive(ev)
         check_one_lease_per_job(ev)
-    # One more claim on every GPU: its scan removes dead tickets, its
-    # cleanup every dead job's files.
+    # One more claim on every GPU: its scan removes dead tickets. Dead
+    # jobs' files are removed by every 16th claimant (GM_CLEANUP_EVERY), so
+    # at most those of the last 16 jobs (a FIFO and a record each) remain.
     assert all_free(lockdir, journal, "0,1,2,3")
     assert ls(lockdir, "queue") == ["seq"]
     left = [f for f in ls(lockdir, "job") if not f.startswith(".tmp.")]
-    assert len(left) == 2, left
+    assert len(left) <= 2 * 16, left
 
 
 @ROOT

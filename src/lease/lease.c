@@ -29,6 +29,8 @@
 
 #include "internal.h"
 
+#define GM_CLEANUP_EVERY 16
+
 /* Everything one acquire call holds, so one cleanup path frees it all. */
 struct acq {
 	const struct gm_config *cfg;
@@ -42,6 +44,7 @@ struct acq {
 	char ticketname[256];
 	int ticketfd;               /* holds our place in line */
 	int waited;                 /* on_wait already called */
+	int cleaned;                /* gm__cleanup_jobs already ran */
 	char *err;
 	size_t errlen;
 };
@@ -50,9 +53,18 @@ static void notify_wait(struct acq *a, int ahead, int head, int job_busy)
 {
 	struct gm_wait_info info;
 
-	if (a->waited || !a->hooks || !a->hooks->on_wait)
+	if (a->waited)
 		return;
 	a->waited = 1;
+	/* About to sleep anyway: tidy this user's dead jobs now rather than
+	 * after the grant, where it would lengthen the hand-off. */
+	if (!a->cleaned) {
+		a->cleaned = 1;
+		if (a->ticket % GM_CLEANUP_EVERY == 0)
+			gm__cleanup_jobs(&a->d, a->jobname);
+	}
+	if (!a->hooks || !a->hooks->on_wait)
+		return;
 	info.ticket = a->ticket;
 	info.ahead = ahead;
 	info.head = head;
@@ -845,7 +857,11 @@ out:
 		gm__unlock_all(a.jobfd);
 		close(a.jobfd);
 	}
-	if (rc == 0 && !out->joined)
+	/* Every GM_CLEANUP_EVERY-th ticket tidies up: a scan costs a few
+	 * system calls per job file, too much to pay on every claim when
+	 * hundreds of jobs are live, and dead files stay bounded anyway. */
+	if (rc == 0 && !out->joined && !a.cleaned &&
+	    a.ticket % GM_CLEANUP_EVERY == 0)
 		gm__cleanup_jobs(&a.d, a.jobname);
 	gm__dir_close(&a.d);
 	if (rc)
