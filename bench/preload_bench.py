@@ -29,16 +29,18 @@ def with_preload(env):
     return dict(env, LD_PRELOAD=LIB)
 
 
-def startup(argv, env, n):
-    """Median wall time of n runs each of argv without and with the
-    preload, interleaved."""
-    a, b = [], []
+def startup(argv, env, n, empty):
+    """Median wall time of n runs each of argv without any preload, with
+    an empty preloaded library (the cost of LD_PRELOAD itself), and with
+    libgpumutex.so, interleaved."""
+    a, b, c = [], [], []
     for _ in range(n):
-        for out, e in ((a, env), (b, with_preload(env))):
+        for out, e in ((a, env), (c, dict(env, LD_PRELOAD=empty)),
+                       (b, with_preload(env))):
             t = time.perf_counter_ns()
             subprocess.run(argv, env=e, check=True)
             out.append(time.perf_counter_ns() - t)
-    return statistics.median(a), statistics.median(b)
+    return statistics.median(a), statistics.median(b), statistics.median(c)
 
 
 def run(tmp, row):
@@ -50,12 +52,20 @@ def run(tmp, row):
     # As a user would preload it: no LD_LIBRARY_PATH (the fake driver's
     # directory would make the loader search it for libdl.so.2 too).
     plain = {k: v for k, v in env.items() if k != "LD_LIBRARY_PATH"}
+    empty = os.path.join(tmp, "empty.so")
+    with open(os.path.join(tmp, "empty.c"), "w") as f:
+        f.write("int gm_bench_empty;\n")
+    subprocess.run(["cc", "-shared", "-fPIC", "-o", empty,
+                    os.path.join(tmp, "empty.c")], check=True)
     for name, argv, n in (("/bin/true", ["/bin/true"], 300),
                           ("python3 -c pass", [sys.executable, "-c", "pass"], 60)):
-        a, b = startup(argv, plain, n)
-        row(f"start-up of {name}, without -> with preload (median of {n})",
-            f"{a / 1e6:.2f} ms -> {b / 1e6:.2f} ms",
-            f"({(b - a) / a * 100:+.1f} %; target within 1 %)")
+        a, b, c = startup(argv, plain, n, empty)
+        row(f"start-up of {name}: none / empty preload / libgpumutex.so "
+            f"(median of {n})",
+            f"{a / 1e6:.2f} / {c / 1e6:.2f} / {b / 1e6:.2f} ms",
+            f"(gpumutex {(b - a) / a * 100:+.1f} % over none, "
+            f"{(b - c) / a * 100:+.1f} % over an empty preload; target "
+            f"within 1 %)")
 
     libc = "libc.so.6"
     for label, name, lib in (("non-CUDA name (strlen)", "strlen", libc),
