@@ -23,9 +23,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "gate.h"
+#include "internal.h" /* gm__fstat: see src/lease/lockdir.c */
 #include "lease.h"
 #include "pyenv.h"
 
@@ -36,6 +38,11 @@ static int gate_state;
 static int gate_code;
 static int gate_atfork;
 static struct gm_lease gate_lease;
+/* Which files the lease's descriptors were, to notice if the program
+ * closes them (or reuses their numbers) behind our back. */
+static struct {
+	unsigned long long dev, ino;
+} gate_ids[GM_MAX_DEVICES];
 static __attribute__((tls_model("initial-exec"))) _Thread_local int gate_in;
 
 /* Values handed to Python; written once, before they are published. */
@@ -348,10 +355,46 @@ static int gate_run(int *py)
 	/* PCI_BUS_ID: CUDA's default order (fastest first) can differ
 	 * between machines' GPUs, and an index must mean the same GPU in
 	 * every process. */
+	for (int i = 0; i < gate_lease.ndevices; i++) {
+		struct stat st;
+		if (gm__fstat(gate_lease.fds[i], &st) == 0) {
+			gate_ids[i].dev = (unsigned long long)st.st_dev;
+			gate_ids[i].ino = (unsigned long long)st.st_ino;
+		}
+	}
 	list_format(env_cvd, sizeof env_cvd, gate_lease.devices,
 		    gate_lease.ndevices);
 	setenv("CUDA_VISIBLE_DEVICES", env_cvd, 1);
 	setenv("CUDA_DEVICE_ORDER", "PCI_BUS_ID", 1);
+	return 0;
+}
+
+/*
+ * A later cuInit in a process that holds a lease: check that the lease's
+ * descriptors are still ours. A program that closes every descriptor (a
+ * daemon, `closefrom`) drops its lease while it may still use the GPU, and
+ * another job can then be given the GPU: exclusion is gone, so say so,
+ * once, and fail this and every later cuInit. 0 or a CUDA error.
+ */
+static int lease_intact(void)
+{
+	for (int i = 0; i < gate_lease.ndevices; i++) {
+		struct stat st;
+
+		if (gm__fstat(gate_lease.fds[i], &st) == 0 &&
+		    (unsigned long long)st.st_dev == gate_ids[i].dev &&
+		    (unsigned long long)st.st_ino == gate_ids[i].ino)
+			continue;
+		pthread_mutex_lock(&gate_lock);
+		if (__atomic_load_n(&gate_state, __ATOMIC_ACQUIRE) == ST_OPEN) {
+			gmp_say("this process closed the descriptor that held its lease on GPU %d (descriptor %d), so another job may be given that GPU while this process still uses it; exclusion is no longer guaranteed, and cuInit now fails with CUDA_ERROR_NO_DEVICE",
+				gate_lease.devices[i], gate_lease.fds[i]);
+			gate_code = GMP_CUDA_ERROR_NO_DEVICE;
+			__atomic_store_n(&gate_state, ST_SHUT, __ATOMIC_RELEASE);
+		}
+		pthread_mutex_unlock(&gate_lock);
+		return gate_code;
+	}
 	return 0;
 }
 
@@ -364,8 +407,11 @@ int gmp_gate(void)
 	int saved = errno, st, code, py = 0;
 
 	st = __atomic_load_n(&gate_state, __ATOMIC_ACQUIRE);
-	if (st == ST_OPEN)
-		return 0;
+	if (st == ST_OPEN) {
+		code = lease_intact();
+		errno = saved;
+		return code;
+	}
 	if (st == ST_SHUT)
 		return gate_code;
 	pthread_mutex_lock(&gate_lock);

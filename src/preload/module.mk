@@ -56,13 +56,25 @@ PRELOAD_TCC    = $(CC) $(WARN) $(CFLAGS)
 PRELOAD_TESTS := $(PRELOAD_T)/cuprobe $(PRELOAD_T)/culinked \
                  $(PRELOAD_T)/nextprobe $(PRELOAD_T)/cunames \
                  $(PRELOAD_T)/libgilhold.so $(PRELOAD_T)/vcuda/libcuda.so.1 \
-                 $(PRELOAD_T)/nogpa/libcuda.so.1
+                 $(PRELOAD_T)/nogpa/libcuda.so.1 $(PRELOAD_T)/decline \
+                 $(PRELOAD_T)/hello-static
 
 preload-tests: $(PRELOAD_TESTS)
 
 $(PRELOAD_T)/cuprobe: $(PRELOAD_TSRC)/cuprobe.c
 	@mkdir -p $(@D)
 	$(PRELOAD_TCC) -o $@ $< -ldl -lpthread
+
+$(PRELOAD_T)/decline: $(PRELOAD_TSRC)/decline.c $(PRELOAD_FAKE)/libcuda.so
+	@mkdir -p $(@D)
+	$(PRELOAD_TCC) -o $@ $< -L$(PRELOAD_FAKE) -lcuda \
+	    -Wl,-rpath,'$$ORIGIN/../fakecuda'
+
+# A statically linked program: the dynamic linker (and so LD_PRELOAD)
+# never runs for it.
+$(PRELOAD_T)/hello-static: $(PRELOAD_TSRC)/hello-static.c
+	@mkdir -p $(@D)
+	$(PRELOAD_TCC) -static -o $@ $<
 
 # Linked with -lcuda against the fake driver: the PLT path.
 $(PRELOAD_T)/culinked: $(PRELOAD_TSRC)/culinked.c $(PRELOAD_FAKE)/libcuda.so

@@ -30,3 +30,26 @@ assert all(e["cvd"] in ("0", "1") and e["order"] == "PCI_BUS_ID" for e in inits)
 assert len({e["job"] for e in inits}) == n
 print(f"portability: {n} clients, 2 GPUs, no overlap; "
       f"libc {os.confstr('CS_GNU_LIBC_VERSION')}")
+
+# Global preloading, as /etc/ld.so.preload does it (inside this root only):
+# programs without CUDA run unchanged, CUDA clients still take turns.
+preload = "/etc/ld.so.preload"
+with open(preload, "w") as f:
+    f.write(os.path.join(here, "libgpumutex.so") + "\n")
+try:
+    plain = {k: v for k, v in env.items() if k != "LD_PRELOAD"}
+    for argv in (["/bin/sh", "-c", "echo hi"], ["/bin/ls", "/"],
+                 [sys.executable, "-c", "print(2 + 2)"]):
+        r = subprocess.run(argv, env=plain, capture_output=True, text=True)
+        assert r.returncode == 0 and r.stderr == "", (argv, r.stderr)
+    os.unlink(journal)
+    procs = [subprocess.Popen([os.path.join(here, "client"), "10"], env=plain)
+             for _ in range(6)]
+    assert [p.wait() for p in procs] == [0] * 6
+    ev = J.parse(journal)
+    J.check_exclusive(ev)
+    assert all(e["cvd"] in ("0", "1") for e in J.by_kind(ev, "init"))
+finally:
+    os.unlink(preload)
+print("portability: global preloading (/etc/ld.so.preload): shells and "
+      "Python unchanged, CUDA clients queued")
