@@ -45,6 +45,7 @@ struct acq {
 	int ticketfd;               /* holds our place in line */
 	int waited;                 /* on_wait already called */
 	int cleaned;                /* gm__cleanup_jobs already ran */
+	char cmd[GM_CMD_MAX];       /* our command line, for the record */
 	char *err;
 	size_t errlen;
 };
@@ -178,7 +179,7 @@ static int record_read(struct acq *a, struct record *r)
 static int record_write(struct acq *a, const struct gm_lease *l)
 {
 	char name[GM_JOB_MAX + 48], tmp[GM_JOB_MAX + 48];
-	char cmd[GM_CMD_MAX], buf[2048], list[GM_MAX_DEVICES * 4] = "";
+	char buf[2048], list[GM_MAX_DEVICES * 4] = "";
 	size_t off = 0;
 	int fd, len, rc = 0;
 	pid_t pid = getpid();
@@ -187,13 +188,12 @@ static int record_write(struct acq *a, const struct gm_lease *l)
 	for (int i = 0; i < l->ndevices; i++)
 		off += (size_t)snprintf(list + off, sizeof list - off, "%s%d",
 					i ? "," : "", l->devices[i]);
-	gm__cmdline(pid, cmd, sizeof cmd);
 	len = snprintf(buf, sizeof buf,
 		       "gpumutex-lease 1\nlease=%" PRIx64 "\njob=%s\nuid=%u\n"
 		       "devices=%s\nstart=%" PRId64 "\npid=%d\ncmd=%s\n"
 		       "member=%d\n",
 		       l->lease_id, a->cfg->job, (unsigned)geteuid(), list,
-		       gm__real_ns(), (int)pid, cmd, (int)pid);
+		       gm__real_ns(), (int)pid, a->cmd, (int)pid);
 	/* Written whole under a temporary name, then renamed, so a reader
 	 * (gpumutex status) never sees half a record. We hold the job lock,
 	 * so nobody else writes this job's temporary file. */
@@ -556,31 +556,37 @@ static int find_predecessor(struct acq *a, int count, int *ahead)
  * or -errno.
  */
 static int try_devices(struct acq *a, struct gm_lease *out,
-		       struct pollfd *bells, int *belldev, int *nbells)
+		       struct pollfd *bells, int *belldev, int *nbells,
+		       int with_bells)
 {
 	const struct gm_config *c = a->cfg;
 	int held[GM_MAX_DEVICES], nheld = 0, heldidx[GM_MAX_DEVICES];
 
 	*nbells = 0;
 	for (int i = 0; i < c->ndevices && nheld < c->want; i++) {
-		int bell, fd, rc;
+		int bell = -1, fd, rc;
 
 		/* Doorbell before the attempt, so a release between the
-		 * attempt and the poll still rings. */
-		bell = gm__dev_open(&a->d, c->devices[i], O_RDONLY, a->err,
-				    a->errlen);
-		if (bell < 0)
-			goto fail_bell;
+		 * attempt and the poll still rings. Only an attempt we may
+		 * sleep after needs one. */
+		if (with_bells) {
+			bell = gm__dev_open(&a->d, c->devices[i], O_RDONLY,
+					    a->err, a->errlen);
+			if (bell < 0)
+				goto fail_bell;
+		}
 		fd = gm__dev_open(&a->d, c->devices[i], O_RDWR, a->err,
 				  a->errlen);
 		if (fd < 0) {
-			close(bell);
+			if (bell >= 0)
+				close(bell);
 			bell = fd;
 			goto fail_bell;
 		}
 		rc = gm__lock(fd, F_OFD_SETLK, F_WRLCK, 0);
 		if (rc == 0) {
-			close(bell);
+			if (bell >= 0)
+				close(bell);
 			heldidx[nheld] = c->devices[i];
 			held[nheld++] = fd;
 			if (nheld < c->want)
@@ -589,7 +595,8 @@ static int try_devices(struct acq *a, struct gm_lease *out,
 		}
 		close(fd);
 		if (rc != -EAGAIN) {
-			close(bell);
+			if (bell >= 0)
+				close(bell);
 			drop(held, nheld);
 			for (int j = 0; j < *nbells; j++)
 				close(bells[j].fd);
@@ -598,8 +605,10 @@ static int try_devices(struct acq *a, struct gm_lease *out,
 					"cannot lock device file dev/%d: %s",
 					c->devices[i], strerror(-rc));
 		}
-		belldev[*nbells] = c->devices[i];
-		bells[(*nbells)++].fd = bell;
+		if (bell >= 0) {
+			belldev[*nbells] = c->devices[i];
+			bells[(*nbells)++].fd = bell;
+		}
 		continue;
 fail_bell:
 		drop(held, nheld);
@@ -683,6 +692,8 @@ static int claim(struct acq *a, struct gm_lease *out)
 	int rc, nbells, ahead, belldev[GM_MAX_DEVICES];
 	uint64_t rang = 0, suspect = 0, stale = 0;
 
+	/* Read now what the record needs, not on the hand-off path. */
+	gm__cmdline(getpid(), a->cmd, sizeof a->cmd);
 	/* Make every candidate's device file now, not only the ones tried,
 	 * so `gpumutex status` lists the whole managed set from the start. */
 	for (int i = 0; i < a->cfg->ndevices; i++) {
@@ -719,7 +730,14 @@ static int claim(struct acq *a, struct gm_lease *out)
 		for (;;) {
 			int n = 0, timer = a->cfg->recheck_ms;
 
-			rc = try_devices(a, out, bells, belldev, &nbells);
+			/* First without doorbells: just after a wake-up (or
+			 * on arrival) the devices are usually free, and the
+			 * doorbells would cost two system calls per device on
+			 * the hand-off path. Only if that fails, again with
+			 * doorbells, before sleeping. */
+			rc = try_devices(a, out, bells, belldev, &nbells, 0);
+			if (rc == 0)
+				rc = try_devices(a, out, bells, belldev, &nbells, 1);
 			if (rc < 0)
 				return rc;
 			if (rc == 1)
