@@ -105,8 +105,9 @@ bench: all $(B)/bench/handoff $(B)/bench/cuprobe_bench
 
 lint:
 	cppcheck --quiet --error-exitcode=1 --enable=warning,portability \
-	  --std=c11 --inline-suppr -Isrc/lease src/lease tests/lease
-	shellcheck .ci/run
+	  --std=c11 --inline-suppr -Isrc/lease -Isrc/cli \
+	  src/lease src/preload src/cli tests/lease tests/preload bench demo
+	shellcheck .ci/run tools/*.sh tests/fakecuda/gen-stubs.sh
 
 clean:
 	rm -rf $(B)

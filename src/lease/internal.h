@@ -4,6 +4,7 @@
 #ifndef GPUMUTEX_LEASE_INTERNAL_H
 #define GPUMUTEX_LEASE_INTERNAL_H
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <stdint.h>
@@ -58,6 +59,9 @@ void gm__dir_close(struct gm__dir *d);
  */
 int gm__open(int dirfd, const char *what, const char *name, int flags,
 	     int fifo, mode_t mode, char *err, size_t errlen);
+
+/* List directory `dirfd` through a descriptor of its own (NULL on error). */
+DIR *gm__listdir(int dirfd);
 
 /* Open device `index`'s FIFO, creating it (0666) if missing. */
 int gm__dev_open(const struct gm__dir *d, int index, int flags, char *err,

@@ -474,20 +474,13 @@ static int find_predecessor(struct acq *a, int count, int *ahead)
 	struct dirent *de;
 	struct entry *v = NULL;
 	size_t n = 0, cap = 0;
-	int found = -1, dfd;
+	int found = -1;
 	unsigned me = (unsigned)geteuid();
 
 	*ahead = 0;
-	dfd = dup(a->d.queue);
-	if (dfd < 0)
+	dir = gm__listdir(a->d.queue);
+	if (!dir)
 		return -errno;
-	/* dup shares the offset with d.queue; rewind for a full listing. */
-	lseek(dfd, 0, SEEK_SET);
-	dir = fdopendir(dfd);
-	if (!dir) {
-		close(dfd);
-		return -errno;
-	}
 	while ((de = readdir(dir)) != NULL) {
 		struct entry e;
 		int pid, want;

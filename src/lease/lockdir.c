@@ -248,7 +248,22 @@ int gm__dev_open(const struct gm__dir *d, int index, int flags, char *err,
 	return gm__open(d->dev, what, name, flags, 1, 0666, err, errlen);
 }
 
-int gm__lock(int fd, int cmd, short type, int64_t start)
+DIR *gm__listdir(int dirfd)
+{
+	/* A descriptor of its own: fdopendir takes it over, and a dup would
+	 * share the directory offset with dirfd. */
+	int fd = openat(dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	DIR *d;
+
+	if (fd < 0)
+		return NULL;
+	d = fdopendir(fd);
+	if (!d)
+		close(fd);
+	return d;
+}
+
+static struct flock one_byte(short type, int64_t start)
 {
 	struct flock fl;
 
@@ -257,6 +272,13 @@ int gm__lock(int fd, int cmd, short type, int64_t start)
 	fl.l_whence = SEEK_SET;
 	fl.l_start = (off_t)start;
 	fl.l_len = 1;
+	return fl;
+}
+
+int gm__lock(int fd, int cmd, short type, int64_t start)
+{
+	struct flock fl = one_byte(type, start);
+
 	for (;;) {
 		if (fcntl(fd, cmd, &fl) == 0)
 			return 0;
@@ -279,13 +301,8 @@ void gm__unlock_all(int fd)
 
 int gm__probe(int fd, short type, int64_t start)
 {
-	struct flock fl;
+	struct flock fl = one_byte(type, start);
 
-	memset(&fl, 0, sizeof fl);
-	fl.l_type = type;
-	fl.l_whence = SEEK_SET;
-	fl.l_start = (off_t)start;
-	fl.l_len = 1;
 	if (fcntl(fd, F_OFD_GETLK, &fl) < 0)
 		return -errno;
 	return fl.l_type;

@@ -137,18 +137,12 @@ out:
  * whose file went away anyway makes another). */
 static void cleanup_tmp(int dirfd)
 {
-	DIR *dir;
+	DIR *dir = gm__listdir(dirfd);
 	struct dirent *de;
-	int dfd = openat(dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	uid_t me = geteuid();
 
-	if (dfd < 0)
+	if (!dir)
 		return;
-	dir = fdopendir(dfd);
-	if (!dir) {
-		close(dfd);
-		return;
-	}
 	while ((de = readdir(dir)) != NULL) {
 		struct stat st;
 		if (strncmp(de->d_name, ".tmp.", 5) != 0 ||
@@ -166,17 +160,11 @@ void gm__cleanup_jobs(const struct gm__dir *d, const char *keep)
 {
 	char prefix[32];
 	size_t plen;
-	DIR *dir;
+	DIR *dir = gm__listdir(d->job);
 	struct dirent *de;
-	int dfd = openat(d->job, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 
-	if (dfd < 0)
+	if (!dir)
 		return;
-	dir = fdopendir(dfd);
-	if (!dir) {
-		close(dfd);
-		return;
-	}
 	plen = (size_t)snprintf(prefix, sizeof prefix, "%u-",
 				(unsigned)geteuid());
 	while ((de = readdir(dir)) != NULL) {

@@ -22,19 +22,6 @@ static int open_sub(int root, const char *name)
 	return openat(root, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 }
 
-static DIR *list(int dirfd)
-{
-	int fd = openat(dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	DIR *d;
-
-	if (fd < 0)
-		return NULL;
-	d = fdopendir(fd);
-	if (!d)
-		close(fd);
-	return d;
-}
-
 static int cmp_dev(const void *x, const void *y)
 {
 	const struct gm_state_device *a = x, *b = y;
@@ -49,7 +36,7 @@ static int cmp_waiter(const void *x, const void *y)
 
 static void read_devices(const struct gm__dir *d, struct gm_state *st)
 {
-	DIR *dir = list(d->dev);
+	DIR *dir = gm__listdir(d->dev);
 	struct dirent *de;
 
 	if (!dir)
@@ -131,7 +118,7 @@ static int parse_lease(const char *text, struct gm_state_lease *l)
 
 static int read_leases(const struct gm__dir *d, struct gm_state *st)
 {
-	DIR *dir = list(d->job);
+	DIR *dir = gm__listdir(d->job);
 	struct dirent *de;
 	int cap = 0;
 
@@ -168,7 +155,7 @@ static int read_leases(const struct gm__dir *d, struct gm_state *st)
 
 static int read_waiters(const struct gm__dir *d, struct gm_state *st)
 {
-	DIR *dir = list(d->queue);
+	DIR *dir = gm__listdir(d->queue);
 	struct dirent *de;
 	int cap = 0;
 
