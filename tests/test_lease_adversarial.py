@@ -669,7 +669,10 @@ def test_give_up_at_each_stage_leaves_nothing(built, lockdir, journal):
     p3 = jobs.start(HOLDER, dict(env, GPUMUTEX_JOB="Y", GPUMUTEX_TIMEOUT="0"),
                     stderr=subprocess.DEVNULL)
     assert p3.wait() == 3
-    assert ls(lockdir, "job") == sorted(base_job + [f"{uid}-X"])
+    # p1's job FIFO and the temporary file its record will be written
+    # into at the grant (made before waiting, off the hand-off path).
+    assert ls(lockdir, "job") == sorted(base_job + [f"{uid}-X",
+                                                    f"{uid}-X.lease.tmp"])
     assert len(ls(lockdir, "queue")) == 2  # seq and p1's ticket
     p1.proc.kill()
     assert p1.wait() == -signal.SIGKILL

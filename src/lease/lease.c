@@ -46,6 +46,7 @@ struct acq {
 	int waited;                 /* on_wait already called */
 	int cleaned;                /* gm__cleanup_jobs already ran */
 	char cmd[GM_CMD_MAX];       /* our command line, for the record */
+	int recfd;                  /* the record's temporary file, made early */
 	char *err;
 	size_t errlen;
 };
@@ -176,6 +177,27 @@ static int record_read(struct acq *a, struct record *r)
 	return 0;
 }
 
+/* Make the record's temporary file (empty, mode 0644) and return its
+ * descriptor, or -1 with errno set. Needs the job lock. */
+static int record_prepare(struct acq *a)
+{
+	char tmp[GM_JOB_MAX + 48];
+	int fd;
+
+	snprintf(tmp, sizeof tmp, "%s.lease.tmp", a->jobname);
+	unlinkat(a->d.job, tmp, 0);
+	fd = openat(a->d.job, tmp,
+		    O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+	if (fd >= 0 && fchmod(fd, 0644) < 0) {
+		int e = errno;
+		close(fd);
+		unlinkat(a->d.job, tmp, 0);
+		errno = e;
+		return -1;
+	}
+	return fd;
+}
+
 static int record_write(struct acq *a, const struct gm_lease *l)
 {
 	char name[GM_JOB_MAX + 48], tmp[GM_JOB_MAX + 48];
@@ -196,15 +218,19 @@ static int record_write(struct acq *a, const struct gm_lease *l)
 		       gm__real_ns(), (int)pid, a->cmd, (int)pid);
 	/* Written whole under a temporary name, then renamed, so a reader
 	 * (gpumutex status) never sees half a record. We hold the job lock,
-	 * so nobody else writes this job's temporary file. */
+	 * so nobody else writes this job's temporary file. It was made before
+	 * waiting (record_prepare): creating a file is slow on some
+	 * filesystems, and this is the hand-off path. */
 	snprintf(name, sizeof name, "%s.lease", a->jobname);
 	snprintf(tmp, sizeof tmp, "%s.lease.tmp", a->jobname);
-	unlinkat(a->d.job, tmp, 0);
-	fd = openat(a->d.job, tmp,
-		    O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
-	if (fd < 0)
-		goto fail;
-	if (fchmod(fd, 0644) < 0 || write(fd, buf, (size_t)len) != len) {
+	fd = a->recfd;
+	a->recfd = -1;
+	if (fd < 0) {
+		fd = record_prepare(a);
+		if (fd < 0)
+			goto fail;
+	}
+	if (write(fd, buf, (size_t)len) != len) {
 		if (errno == 0)
 			errno = EIO;
 		close(fd);
@@ -685,8 +711,9 @@ static int claim(struct acq *a, struct gm_lease *out)
 	int rc, nbells, ahead, belldev[GM_MAX_DEVICES];
 	uint64_t rang = 0, suspect = 0, stale = 0;
 
-	/* Read now what the record needs, not on the hand-off path. */
+	/* Prepare now what the record needs, not on the hand-off path. */
 	gm__cmdline(getpid(), a->cmd, sizeof a->cmd);
+	a->recfd = record_prepare(a);
 	/* Make every candidate's device file now, not only the ones tried,
 	 * so `gpumutex status` lists the whole managed set from the start. */
 	for (int i = 0; i < a->cfg->ndevices; i++) {
@@ -791,7 +818,7 @@ int gm_lease_acquire(const struct gm_config *cfg,
 	memset(&a, 0, sizeof a);
 	a.cfg = cfg;
 	a.hooks = hooks;
-	a.jobfd = a.ticketfd = -1;
+	a.jobfd = a.ticketfd = a.recfd = -1;
 	a.err = err;
 	a.errlen = errlen;
 	if (err && errlen)
@@ -851,6 +878,13 @@ out:
 	/* Order matters: the ticket goes first (our successor may start),
 	 * then the job lock (our job's other processes may join). */
 	release_ticket(&a);
+	if (a.recfd >= 0) {
+		/* Not used (we gave up, or the grant failed before writing). */
+		char tmp[GM_JOB_MAX + 48];
+		close(a.recfd);
+		snprintf(tmp, sizeof tmp, "%s.lease.tmp", a.jobname);
+		unlinkat(a.d.job, tmp, 0);
+	}
 	if (rc && a.jobfd >= 0 && dead) {
 		/* Giving up leaves nothing behind. We hold the job lock and
 		 * found no live lease, so none can exist: the job's files
