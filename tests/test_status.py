@@ -5,6 +5,8 @@ import json
 import os
 import subprocess
 
+import pytest
+
 import jobs
 from conftest import BUILD
 
@@ -98,3 +100,51 @@ def test_init_makes_devices(built, tmp_path):
                         "--visible-devices", "0,,1"], capture_output=True,
                        text=True)
     assert r.returncode == 2 and "0,,1" in r.stderr
+
+
+def test_status_watch_refreshes_until_interrupted(built, lockdir, journal):
+    """--watch redraws in place (clear-screen sequence before each frame)
+    and ends cleanly on SIGINT."""
+    import signal
+    env = jobs.job_env(lockdir, journal, devices="0")
+    holder = jobs.start(HOLDER, env, ready=True, hold=True)
+    assert holder.ready()
+    p = subprocess.Popen([GPUMUTEX, "status", "--watch", "--interval", "0.05",
+                          "--lock-dir", lockdir], stdout=subprocess.PIPE,
+                         text=True)
+    frames = 0
+    for line in p.stdout:
+        frames += line.count("\033[H\033[J")
+        if frames >= 3:
+            break
+    p.send_signal(signal.SIGINT)
+    assert p.wait(timeout=60) == 0
+    holder.release()
+    assert holder.wait() == 0
+    assert frames >= 3
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to switch users")
+def test_status_works_for_another_user(built, tmp_path):
+    """Any user can read the state of another user's jobs."""
+    import tempfile
+    shared = tempfile.mkdtemp(prefix="gm-status-", dir="/tmp")
+    try:
+        os.chmod(shared, 0o1777)
+        lockdir = os.path.join(shared, "locks")
+        journal = os.path.join(shared, "journal")
+        env = jobs.job_env(lockdir, journal, devices="0")
+        holder = jobs.start(HOLDER, dict(env, GPUMUTEX_JOB="rootjob"),
+                            ready=True, hold=True)
+        assert holder.ready()
+        r = subprocess.run([GPUMUTEX, "status", "--json", "--lock-dir",
+                            lockdir], capture_output=True, text=True,
+                           preexec_fn=jobs.as_user(4301), timeout=60)
+        assert r.returncode == 0, r.stderr
+        doc = json.loads(r.stdout)
+        assert doc["devices"][0]["state"] == "held"
+        assert doc["leases"][0]["job"] == "rootjob"
+        holder.release()
+        assert holder.wait() == 0
+    finally:
+        subprocess.run(["rm", "-rf", shared])
