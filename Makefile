@@ -60,11 +60,11 @@ $(B)/liblease-san.a: $(LEASE_SAN)
 	@rm -f $@
 	ar rcs $@ $^
 
-$(B)/tests/%: tests/lease/%.c $(B)/liblease.a $(LEASE_HDR)
+$(B)/tests/%: tests/lease/%.c $(B)/liblease.a $(LEASE_HDR) tests/lease/testjournal.h
 	@mkdir -p $(dir $@)
 	$(CC) $(WARN) $(CFLAGS) -Isrc/lease -o $@ $< $(B)/liblease.a
 
-$(B)/tests/%-san: tests/lease/%.c $(B)/liblease-san.a $(LEASE_HDR)
+$(B)/tests/%-san: tests/lease/%.c $(B)/liblease-san.a $(LEASE_HDR) tests/lease/testjournal.h
 	@mkdir -p $(dir $@)
 	$(CC) $(WARN) $(SAN_FLAGS) -Isrc/lease -o $@ $< $(B)/liblease-san.a
 

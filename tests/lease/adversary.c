@@ -39,45 +39,12 @@
 #include <unistd.h>
 
 #include "lease.h"
+#include "testjournal.h"
 
 #ifndef F_OFD_SETLK
 #define F_OFD_SETLK 37
 #endif
 
-static int journal = -1;
-
-static int64_t now_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
-static void jwrite(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static void jwrite(const char *fmt, ...)
-{
-	char buf[512];
-	va_list ap;
-	int n;
-
-	if (journal < 0)
-		return;
-	va_start(ap, fmt);
-	n = vsnprintf(buf, sizeof buf - 1, fmt, ap);
-	va_end(ap);
-	if (n < 0 || n >= (int)sizeof buf - 1)
-		return;
-	buf[n++] = '\n';
-	if (write(journal, buf, (size_t)n) != n)
-		perror("adversary: journal");
-}
-
-static void drain(int fd)
-{
-	char c[64];
-	while (read(fd, c, sizeof c) > 0 || errno == EINTR)
-		errno = 0;
-}
 
 static int mode_lock(int argc, char **argv)
 {

@@ -45,36 +45,10 @@
 #include <unistd.h>
 
 #include "lease.h"
+#include "testjournal.h"
 
-static int journal = -1;
 static int waiting_fd = -1;
 static char job[GM_JOB_MAX + 1];
-
-static int64_t now_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
-static void jwrite(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static void jwrite(const char *fmt, ...)
-{
-	char buf[512];
-	va_list ap;
-	int n;
-
-	if (journal < 0)
-		return;
-	va_start(ap, fmt);
-	n = vsnprintf(buf, sizeof buf - 1, fmt, ap);
-	va_end(ap);
-	if (n < 0 || n >= (int)sizeof buf - 1)
-		return;
-	buf[n++] = '\n';
-	if (write(journal, buf, (size_t)n) != n)
-		perror("lease-holder: journal");
-}
 
 static void devlist(const struct gm_lease *l, char *out, size_t len)
 {
@@ -146,13 +120,6 @@ static void each_dev(const struct gm_lease *l, const char *ev)
 	for (int i = 0; i < l->ndevices; i++)
 		jwrite("ev=%s pid=%d job=%s dev=%d lease=%" PRIu64 " t=%" PRId64, ev,
 		       (int)getpid(), job, l->devices[i], l->lease_id, now_ns());
-}
-
-static void drain(int fd)
-{
-	char c[64];
-	while (read(fd, c, sizeof c) > 0 || errno == EINTR)
-		errno = 0;
 }
 
 static int spawn_and_wait(char **argv)
