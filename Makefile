@@ -62,11 +62,11 @@ $(B)/liblease-san.a: $(LEASE_SAN)
 
 $(B)/tests/%: tests/lease/%.c $(B)/liblease.a $(LEASE_HDR) tests/lease/testjournal.h
 	@mkdir -p $(dir $@)
-	$(CC) $(WARN) $(CFLAGS) -Isrc/lease -o $@ $< $(B)/liblease.a
+	$(CC) $(WARN) $(CFLAGS) -pthread -Isrc/lease -o $@ $< $(B)/liblease.a
 
 $(B)/tests/%-san: tests/lease/%.c $(B)/liblease-san.a $(LEASE_HDR) tests/lease/testjournal.h
 	@mkdir -p $(dir $@)
-	$(CC) $(WARN) $(SAN_FLAGS) -Isrc/lease -o $@ $< $(B)/liblease-san.a
+	$(CC) $(WARN) $(SAN_FLAGS) -pthread -Isrc/lease -o $@ $< $(B)/liblease-san.a
 
 # Makefile fragments of the other modules (each defines its own targets).
 -include tests/fakecuda/module.mk
@@ -94,7 +94,7 @@ demo: all fakecuda $(B)/demo/fakejob
 
 $(B)/bench/%: bench/%.c $(B)/liblease.a $(LEASE_HDR)
 	@mkdir -p $(dir $@)
-	$(CC) $(WARN) $(CFLAGS) -Isrc/lease -o $@ $< $(B)/liblease.a
+	$(CC) $(WARN) $(CFLAGS) -pthread -Isrc/lease -o $@ $< $(B)/liblease.a
 
 $(B)/bench/cuprobe_bench: bench/cuprobe_bench.c
 	@mkdir -p $(dir $@)
