@@ -394,14 +394,16 @@ static int take_ticket(struct acq *a)
 	if (cfd < 0)
 		return cfd;
 	/* Held for a few system calls only, by processes that never wait for
-	 * anything while holding it. Still, anyone can lock the file, and a
-	 * holder can be stopped, so the wait must honour the deadline: try,
-	 * and back off from 20 us up to 50 ms between tries. This is the one
-	 * wait that is not a doorbell: it guards a few system calls. */
+	 * anything while holding it. Without a deadline, block in the kernel,
+	 * which queues the waiters. With one, the wait must honour it (anyone
+	 * can lock the file, and a holder can be stopped): try, and back off
+	 * from 20 us up to 50 ms between tries. This is the one wait that is
+	 * not a doorbell: it guards a few system calls. */
 	for (long us = 20;; us = us < 50000 ? us * 2 : 50000) {
 		struct timespec ts;
 
-		rc = gm__lock(cfd, F_OFD_SETLK, F_WRLCK, 0);
+		rc = gm__lock(cfd, a->deadline < 0 ? F_OFD_SETLKW : F_OFD_SETLK,
+			      F_WRLCK, 0);
 		if (rc != -EAGAIN)
 			break;
 		if (a->deadline >= 0 &&
