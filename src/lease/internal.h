@@ -63,6 +63,13 @@ int gm__open(int dirfd, const char *what, const char *name, int flags,
 /* List directory `dirfd` through a descriptor of its own (NULL on error). */
 DIR *gm__listdir(int dirfd);
 
+/* The in-flight registry (lockdir.c): gm__track(fd) records a descriptor
+ * an acquire opened (and returns fd, so it can wrap the open);
+ * gm__close(fd) forgets and closes it; gm__untrack forgets only. */
+int gm__track(int fd);
+void gm__untrack(int fd);
+void gm__close(int fd);
+
 /* Open device `index`'s FIFO, creating it (0666) if missing. */
 int gm__dev_open(const struct gm__dir *d, int index, int flags, char *err,
 		 size_t errlen);

@@ -113,12 +113,12 @@ static int job_lock(struct acq *a)
 		fd = gm__open(a->d.job, what, a->jobname, O_RDWR, 1, 0600,
 			      a->err, a->errlen);
 		if (fd < 0) {
-			close(bell);
+			gm__close(bell);
 			return fd;
 		}
 		rc = gm__lock(fd, F_OFD_SETLK, F_WRLCK, 0);
 		if (rc == 0) {
-			close(bell);
+			gm__close(bell);
 			/* A same-user cleaner may have unlinked a dead job's
 			 * FIFO between our open and our lock. */
 			if (gm__still_linked(a->d.job, a->jobname, fd)) {
@@ -126,19 +126,19 @@ static int job_lock(struct acq *a)
 				GM_CRASHPOINT("job-locked");
 				return 0;
 			}
-			close(fd);
+			gm__close(fd);
 			continue;
 		}
-		close(fd);
+		gm__close(fd);
 		if (rc != -EAGAIN) {
-			close(bell);
+			gm__close(bell);
 			return gm__fail(rc, a->err, a->errlen,
 					"cannot lock %s: %s", what, strerror(-rc));
 		}
 		notify_wait(a, 0, 0, 1);
 		p.fd = bell;
 		rc = gm__wait(&p, 1, a->deadline, a->cfg->recheck_ms);
-		close(bell);
+		gm__close(bell);
 		if (rc == -ETIMEDOUT)
 			return timed_out(a);
 		if (rc)
@@ -186,11 +186,12 @@ static int record_prepare(struct acq *a)
 
 	snprintf(tmp, sizeof tmp, "%s.lease.tmp", a->jobname);
 	unlinkat(a->d.job, tmp, 0);
-	fd = openat(a->d.job, tmp,
-		    O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+	fd = gm__track(openat(a->d.job, tmp,
+			      O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
+			      0644));
 	if (fd >= 0 && fchmod(fd, 0644) < 0) {
 		int e = errno;
-		close(fd);
+		gm__close(fd);
 		unlinkat(a->d.job, tmp, 0);
 		errno = e;
 		return -1;
@@ -233,10 +234,10 @@ static int record_write(struct acq *a, const struct gm_lease *l)
 	if (write(fd, buf, (size_t)len) != len) {
 		if (errno == 0)
 			errno = EIO;
-		close(fd);
+		gm__close(fd);
 		goto fail;
 	}
-	close(fd);
+	gm__close(fd);
 	if (renameat(a->d.job, tmp, a->d.job, name) < 0)
 		goto fail;
 	return 0;
@@ -263,7 +264,7 @@ static void record_add_member(struct acq *a)
 		struct stat st;
 		if (gm__fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) ||
 		    st.st_size > GM_RECORD_MAX * 3 / 8) {
-			close(fd);
+			gm__close(fd);
 			return;
 		}
 	}
@@ -271,7 +272,7 @@ static void record_add_member(struct acq *a)
 	if (write(fd, line, (size_t)len) < 0) {
 		/* nothing to do: status just will not list this member */
 	}
-	close(fd);
+	gm__close(fd);
 }
 
 /* ---- Joining ----------------------------------------------------------- */
@@ -285,7 +286,7 @@ static void drop(int *fds, int n)
 		 * another thread would share the description, and must not
 		 * keep a lease's name byte without its device byte. */
 		gm__unlock_all(fds[i]);
-		close(fds[i]);
+		gm__close(fds[i]);
 		fds[i] = -1;
 	}
 }
@@ -408,7 +409,7 @@ static int take_ticket(struct acq *a)
 			break;
 		if (a->deadline >= 0 &&
 		    gm__mono_ns() + us * 1000 > a->deadline) {
-			close(cfd);
+			gm__close(cfd);
 			return timed_out(a);
 		}
 		ts.tv_sec = 0;
@@ -416,7 +417,7 @@ static int take_ticket(struct acq *a)
 		nanosleep(&ts, NULL);
 	}
 	if (rc) {
-		close(cfd);
+		gm__close(cfd);
 		return gm__fail(rc, a->err, a->errlen,
 				"cannot lock queue/seq: %s", strerror(-rc));
 	}
@@ -429,7 +430,7 @@ static int take_ticket(struct acq *a)
 			seq = 1;
 	}
 	if (seq > (UINT64_C(1) << 48)) {
-		close(cfd);
+		gm__close(cfd);
 		return gm__fail(-EINVAL, a->err, a->errlen,
 				"the ticket counter queue/seq is damaged (value %" PRIx64 "); remove that file",
 				seq);
@@ -448,13 +449,13 @@ static int take_ticket(struct acq *a)
 			rc = -errno;
 			break;
 		}
-		fd = openat(a->d.queue, a->ticketname,
-			    O_RDWR | O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC);
+		fd = gm__track(openat(a->d.queue, a->ticketname,
+				      O_RDWR | O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC));
 		if (fd < 0 || fchmod(fd, 0644) < 0 ||
 		    gm__lock(fd, F_OFD_SETLK, F_WRLCK, 0) < 0) {
 			rc = errno ? -errno : -EIO;
 			if (fd >= 0)
-				close(fd);
+				gm__close(fd);
 			unlinkat(a->d.queue, a->ticketname, 0);
 			break;
 		}
@@ -470,7 +471,7 @@ static int take_ticket(struct acq *a)
 		}
 		break;
 	}
-	close(cfd); /* also releases the counter lock */
+	gm__close(cfd); /* also releases the counter lock */
 	if (rc)
 		return gm__fail(rc, a->err, a->errlen,
 				"cannot make a ticket in queue/: %s",
@@ -486,7 +487,7 @@ static void release_ticket(struct acq *a)
 	 * must not find us there. */
 	unlinkat(a->d.queue, a->ticketname, 0);
 	gm__unlock_all(a->ticketfd);
-	close(a->ticketfd);
+	gm__close(a->ticketfd);
 	a->ticketfd = -1;
 }
 
@@ -536,8 +537,8 @@ static int find_predecessor(struct acq *a, int count, int *ahead)
 	if (n > 1)
 		qsort(v, n, sizeof *v, cmp_entry_desc);
 	for (size_t i = 0; i < n; i++) {
-		int fd = openat(a->d.queue, v[i].name,
-				O_RDONLY | O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC);
+		int fd = gm__track(openat(a->d.queue, v[i].name,
+					  O_RDONLY | O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC));
 		if (fd < 0 && errno == ENOENT)
 			continue; /* gone: granted, gave up, or cleaned */
 		if (fd < 0) {
@@ -545,13 +546,13 @@ static int find_predecessor(struct acq *a, int count, int *ahead)
 			int rc = -errno;
 			free(v);
 			if (found >= 0)
-				close(found);
+				gm__close(found);
 			return rc;
 		}
 		if (gm__probe(fd, F_WRLCK, 0) == F_UNLCK) {
 			/* Dead: its waiter died without cleaning up. Tickets are
 			 * never reused, so a dead one stays dead; remove ours. */
-			close(fd);
+			gm__close(fd);
 			if (v[i].uid == me)
 				unlinkat(a->d.queue, v[i].name, 0);
 			continue;
@@ -559,7 +560,7 @@ static int find_predecessor(struct acq *a, int count, int *ahead)
 		if (found < 0)
 			found = fd;
 		else
-			close(fd);
+			gm__close(fd);
 		++*ahead;
 		if (!count)
 			break;
@@ -600,27 +601,27 @@ static int try_devices(struct acq *a, struct gm_lease *out,
 				  a->errlen);
 		if (fd < 0) {
 			if (bell >= 0)
-				close(bell);
+				gm__close(bell);
 			bell = fd;
 			goto fail_bell;
 		}
 		rc = gm__lock(fd, F_OFD_SETLK, F_WRLCK, 0);
 		if (rc == 0) {
 			if (bell >= 0)
-				close(bell);
+				gm__close(bell);
 			heldidx[nheld] = c->devices[i];
 			held[nheld++] = fd;
 			if (nheld < c->want)
 				GM_CRASHPOINT("partial-devices");
 			continue;
 		}
-		close(fd);
+		gm__close(fd);
 		if (rc != -EAGAIN) {
 			if (bell >= 0)
-				close(bell);
+				gm__close(bell);
 			drop(held, nheld);
 			for (int j = 0; j < *nbells; j++)
-				close(bells[j].fd);
+				gm__close(bells[j].fd);
 			*nbells = 0;
 			return gm__fail(rc, a->err, a->errlen,
 					"cannot lock device file dev/%d: %s",
@@ -634,7 +635,7 @@ static int try_devices(struct acq *a, struct gm_lease *out,
 fail_bell:
 		drop(held, nheld);
 		for (int j = 0; j < *nbells; j++)
-			close(bells[j].fd);
+			gm__close(bells[j].fd);
 		*nbells = 0;
 		return bell;
 	}
@@ -644,7 +645,7 @@ fail_bell:
 		return 0;
 	}
 	for (int j = 0; j < *nbells; j++)
-		close(bells[j].fd);
+		gm__close(bells[j].fd);
 	*nbells = 0;
 	memset(out, 0, sizeof *out);
 	out->ndevices = nheld;
@@ -723,7 +724,7 @@ static int claim(struct acq *a, struct gm_lease *out)
 				      a->err, a->errlen);
 		if (fd < 0)
 			return fd;
-		close(fd);
+		gm__close(fd);
 	}
 	rc = take_ticket(a);
 	if (rc)
@@ -740,7 +741,7 @@ static int claim(struct acq *a, struct gm_lease *out)
 			GM_CRASHPOINT("queued");
 			p.fd = pred;
 			rc = gm__wait(&p, 1, a->deadline, a->cfg->recheck_ms);
-			close(pred);
+			gm__close(pred);
 			if (rc == -ETIMEDOUT)
 				return timed_out(a);
 			if (rc)
@@ -779,7 +780,7 @@ static int claim(struct acq *a, struct gm_lease *out)
 				else if (rang & bit)
 					suspect |= bit;
 				if (stale & bit)
-					close(bells[j].fd);
+					gm__close(bells[j].fd);
 				else
 					bells[n++] = bells[j], belldev[n - 1] = belldev[j];
 			}
@@ -792,7 +793,7 @@ static int claim(struct acq *a, struct gm_lease *out)
 			for (int j = 0; j < n; j++) {
 				if (bells[j].revents & POLLHUP)
 					rang |= UINT64_C(1) << belldev[j];
-				close(bells[j].fd);
+				gm__close(bells[j].fd);
 			}
 			if (rc == -ETIMEDOUT)
 				return timed_out(a);
@@ -883,7 +884,7 @@ out:
 	if (a.recfd >= 0) {
 		/* Not used (we gave up, or the grant failed before writing). */
 		char tmp[GM_JOB_MAX + 48];
-		close(a.recfd);
+		gm__close(a.recfd);
 		snprintf(tmp, sizeof tmp, "%s.lease.tmp", a.jobname);
 		unlinkat(a.d.job, tmp, 0);
 	}
@@ -902,7 +903,7 @@ out:
 	}
 	if (a.jobfd >= 0) {
 		gm__unlock_all(a.jobfd);
-		close(a.jobfd);
+		gm__close(a.jobfd);
 	}
 	/* Every GM_CLEANUP_EVERY-th ticket tidies up: a scan costs a few
 	 * system calls per job file, too much to pay on every claim when
@@ -913,5 +914,7 @@ out:
 	gm__dir_close(&a.d);
 	if (rc)
 		memset(out, 0, sizeof *out);
+	for (int i = 0; i < out->ndevices; i++)
+		gm__untrack(out->fds[i]); /* the lease: kept for life */
 	return rc;
 }

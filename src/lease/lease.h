@@ -8,9 +8,10 @@
  * Conventions: every function that can fail returns 0 or a negative errno
  * value and, where it takes an `err` buffer, writes one human-readable
  * sentence there (no "gpumutex:" prefix, no newline). Nothing here prints,
- * exits, installs signal handlers or keeps global state; all descriptors are
- * O_CLOEXEC. Functions are safe to call from several threads at once as long
- * as they do not share a struct.
+ * exits or installs signal handlers; the only global state is a table of
+ * the descriptors of acquires in progress (gm_lease_forget_inflight). All
+ * descriptors are O_CLOEXEC. Functions are safe to call from several
+ * threads at once as long as they do not share a struct.
  */
 #ifndef GPUMUTEX_LEASE_H
 #define GPUMUTEX_LEASE_H
@@ -118,6 +119,16 @@ struct gm_acquire_hooks {
 int gm_lease_acquire(const struct gm_config *cfg,
 		     const struct gm_acquire_hooks *hooks,
 		     struct gm_lease *out, char *err, size_t errlen);
+
+/*
+ * For a child forked while another thread of its parent was inside
+ * gm_lease_acquire (call it from a pthread_atfork child handler): close
+ * the descriptors that acquire had open, which the child inherited. Kept,
+ * they would hold the parent's job lock and ticket FIFOs open for writing
+ * and delay the wake-ups of every waiter behind them (the locks themselves
+ * stay the parent's). Async-signal-safe (only close(2)).
+ */
+void gm_lease_forget_inflight(void);
 
 /*
  * Prepare the lock directory and the device files of cfg->devices, with

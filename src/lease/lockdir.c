@@ -20,6 +20,54 @@
 
 #include "internal.h"
 
+/*
+ * Descriptors of acquires in progress. A child forked (by another thread)
+ * while this process is inside gm_lease_acquire shares them: it would keep
+ * the parent's job lock and ticket FIFOs open for writing, and so delay
+ * the doorbells of everyone waiting for them, including itself.
+ * gm_lease_forget_inflight() closes them in such a child. Slots hold
+ * fd + 1 (0 is free) and are claimed with compare-and-swap, since several
+ * threads may acquire at once.
+ */
+#define GM_INFLIGHT_SLOTS 256
+static int inflight[GM_INFLIGHT_SLOTS];
+
+int gm__track(int fd)
+{
+	for (int i = 0; fd >= 0 && i < GM_INFLIGHT_SLOTS; i++) {
+		int free_slot = 0;
+		if (__atomic_compare_exchange_n(&inflight[i], &free_slot, fd + 1, 0,
+						__ATOMIC_ACQ_REL, __ATOMIC_RELAXED))
+			break;
+	}
+	return fd; /* a full table only means a child may keep one open */
+}
+
+void gm__untrack(int fd)
+{
+	for (int i = 0; fd >= 0 && i < GM_INFLIGHT_SLOTS; i++) {
+		int mine = fd + 1;
+		if (__atomic_compare_exchange_n(&inflight[i], &mine, 0, 0,
+						__ATOMIC_ACQ_REL, __ATOMIC_RELAXED))
+			return;
+	}
+}
+
+void gm__close(int fd)
+{
+	gm__untrack(fd);
+	close(fd);
+}
+
+void gm_lease_forget_inflight(void)
+{
+	for (int i = 0; i < GM_INFLIGHT_SLOTS; i++) {
+		int v = __atomic_exchange_n(&inflight[i], 0, __ATOMIC_ACQ_REL);
+		if (v > 0)
+			close(v - 1);
+	}
+}
+
 /* Refuse a directory that lets others delete or replace our files: one
  * that is writable by group or others without the sticky bit, or one that
  * belongs to another user who did not make it a shared sticky directory.
@@ -97,7 +145,7 @@ static int open_dir(int parent, const char *name, const char *path,
 		close(fd);
 		return rc;
 	}
-	return fd;
+	return gm__track(fd);
 }
 
 int gm__dir_open(const char *path, int create, struct gm__dir *d, char *err,
@@ -132,7 +180,7 @@ void gm__dir_close(struct gm__dir *d)
 	int *fds[4] = { &d->root, &d->dev, &d->queue, &d->job };
 	for (int i = 0; i < 4; i++) {
 		if (*fds[i] >= 0)
-			close(*fds[i]);
+			gm__close(*fds[i]);
 		*fds[i] = -1;
 	}
 }
@@ -219,7 +267,7 @@ int gm__open(int dirfd, const char *what, const char *name, int flags,
 				close(fd);
 				return rc;
 			}
-			return fd;
+			return gm__track(fd);
 		}
 		if (errno == ELOOP)
 			return gm__fail(-ELOOP, err, errlen,
@@ -425,7 +473,7 @@ int gm_lockdir_prepare(const struct gm_config *cfg, char *err, size_t errlen)
 		if (fd < 0)
 			rc = fd;
 		else
-			close(fd);
+			gm__close(fd);
 	}
 	if (rc == 0) {
 		int fd = gm__open(d.queue, "ticket counter queue/seq", "seq",
@@ -433,7 +481,7 @@ int gm_lockdir_prepare(const struct gm_config *cfg, char *err, size_t errlen)
 		if (fd < 0)
 			rc = fd;
 		else
-			close(fd);
+			gm__close(fd);
 	}
 	gm__dir_close(&d);
 	return rc;

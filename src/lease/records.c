@@ -103,8 +103,8 @@ static void cleanup_one(const struct gm__dir *d, const char *name)
 	char rec[GM_JOB_MAX + 48], tmp[GM_JOB_MAX + 48], buf[GM_RECORD_MAX];
 	uint64_t lease;
 	int devices[GM_MAX_DEVICES], n = 0, rc;
-	int fd = openat(d->job, name,
-			O_RDWR | O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC);
+	int fd = gm__track(openat(d->job, name,
+				  O_RDWR | O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC));
 
 	if (fd < 0)
 		return;
@@ -128,7 +128,7 @@ static void cleanup_one(const struct gm__dir *d, const char *name)
 	unlinkat(d->job, name, 0);
 out:
 	gm__unlock_all(fd);
-	close(fd);
+	gm__close(fd);
 }
 
 /* Temporary files (create_file in lockdir.c) of ours left by a process

@@ -19,11 +19,13 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "gate.h"
@@ -36,7 +38,6 @@ enum { ST_NEW, ST_BUSY, ST_OPEN, ST_SHUT };
 static pthread_mutex_t gate_lock = PTHREAD_MUTEX_INITIALIZER;
 static int gate_state;
 static int gate_code;
-static int gate_atfork;
 static struct gm_lease gate_lease;
 /* Which files the lease's descriptors were, to notice if the program
  * closes them (or reuses their numbers) behind our back. */
@@ -65,9 +66,31 @@ void gmp_say(const char *fmt, ...)
 	len = 10 + ((size_t)n < sizeof line - 12 ? (size_t)n : sizeof line - 12);
 	line[len++] = '\n';
 	/* One write: lines from processes that share the terminal do not
-	 * interleave mid-line. */
-	while (write(2, line, len) < 0 && errno == EINTR)
-		;
+	 * interleave mid-line. SIGPIPE is blocked around it: a process whose
+	 * stderr is a pipe nobody reads any more (`prog 2>&1 | head -1`) must
+	 * not be killed by our message. A SIGPIPE our write raises is taken
+	 * back before the mask is restored, one that was already pending is
+	 * left for the host. */
+	{
+		sigset_t pipe_set, old, pending;
+		int was_pending, r;
+
+		sigemptyset(&pipe_set);
+		sigaddset(&pipe_set, SIGPIPE);
+		/* sigprocmask, not pthread_sigmask (GLIBC_2.32, or
+		 * libpthread before): on Linux it masks the calling thread. */
+		sigprocmask(SIG_BLOCK, &pipe_set, &old);
+		was_pending = sigpending(&pending) == 0 &&
+			      sigismember(&pending, SIGPIPE) == 1;
+		do
+			r = (int)write(2, line, len);
+		while (r < 0 && errno == EINTR);
+		if (r < 0 && errno == EPIPE && !was_pending) {
+			struct timespec zero = { 0, 0 };
+			sigtimedwait(&pipe_set, NULL, &zero);
+		}
+		sigprocmask(SIG_SETMASK, &old, NULL);
+	}
 	errno = saved;
 }
 
@@ -289,11 +312,31 @@ static int narrow(struct gm_config *cfg, const char *cvd, char *err,
  */
 static void atfork_child(void)
 {
-	if (__atomic_load_n(&gate_state, __ATOMIC_ACQUIRE) == ST_BUSY) {
-		pthread_mutex_t fresh = PTHREAD_MUTEX_INITIALIZER;
-		memcpy(&gate_lock, &fresh, sizeof fresh);
+	/* The child has one thread: whatever state gate_lock was copied in
+	 * (another thread may have held it at the fork), it is free now. */
+	pthread_mutex_t fresh = PTHREAD_MUTEX_INITIALIZER;
+	int st = __atomic_load_n(&gate_state, __ATOMIC_ACQUIRE);
+
+	memcpy(&gate_lock, &fresh, sizeof fresh);
+	if (st != ST_OPEN && st != ST_SHUT) {
+		/* Forked while another thread was taking the lease: drop the
+		 * copies of that acquire's descriptors (they would keep its
+		 * job lock and ticket open for writing, and delay everyone's
+		 * wake-up, ours included) and start over from NEW. */
+		gm_lease_forget_inflight();
 		__atomic_store_n(&gate_state, ST_NEW, __ATOMIC_RELEASE);
 	}
+}
+
+/* The child handler is registered when the library is loaded, while the
+ * process is still single-threaded: registered later, from the first
+ * cuInit, a fork in another thread during the registration could leave
+ * the child a gate_lock held by nobody and no handler to reset it. The
+ * handler costs a memcpy per fork. (pthread_once would do too, but its
+ * default version is GLIBC_2.34, and before that it lives in libpthread.) */
+__attribute__((constructor)) static void atfork_register(void)
+{
+	pthread_atfork(NULL, NULL, atfork_child);
 }
 
 /*
@@ -419,10 +462,6 @@ int gmp_gate(void)
 	if (st == ST_OPEN || st == ST_SHUT) {
 		pthread_mutex_unlock(&gate_lock);
 		return st == ST_OPEN ? 0 : gate_code;
-	}
-	if (!gate_atfork) {
-		gate_atfork = 1;
-		pthread_atfork(NULL, NULL, atfork_child);
 	}
 	__atomic_store_n(&gate_state, ST_BUSY, __ATOMIC_RELEASE);
 	gate_in = 1;

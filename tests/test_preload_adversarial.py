@@ -1,0 +1,251 @@
+"""Adversarial tests of libgpumutex.so (src/preload): interleavings and
+inputs that the main suite does not reach, plus stress tests.
+
+Three bugs this file found (a fork during the first cuInit deadlocking the
+child; SIGPIPE from our message on a broken stderr pipe; a child forked
+while the gate waits stalling on inherited descriptors) are fixed; their
+tests assert the correct behaviour. Helpers are tests/preload/adv_*.c,
+compiled here into tmp_path. Observable outcomes only (fake driver journal,
+exit codes, stderr); no sleeps as synchronisation; every subprocess has a
+timeout, and hangs inside helpers end as SIGALRM.
+"""
+import os
+import signal
+import subprocess
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+B = REPO / "build"
+LIB = B / "libgpumutex.so"
+FAKE = B / "tests" / "fakecuda"
+T = B / "tests" / "preload"
+SRC = REPO / "tests" / "preload"
+PY = "/usr/bin/python3"
+TIMEOUT = 90
+
+
+@pytest.fixture(scope="session")
+def built():
+    cmd = ["make", "-s", "-C", str(REPO), "all", "fakecuda", "preload-tests"]
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+def cc(tmp_path, name, *extra, shared=False):
+    out = tmp_path / (("lib" + name + ".so") if shared else name)
+    cmd = ["cc", "-O1", "-Wall", "-o", str(out), str(SRC / (name + ".c"))]
+    if shared:
+        cmd[1:1] = ["-shared", "-fPIC"]
+    r = subprocess.run(cmd + list(extra) + ["-ldl", "-lpthread"],
+                       capture_output=True, text=True, timeout=TIMEOUT)
+    assert r.returncode == 0, r.stderr
+    return out
+
+
+@pytest.fixture
+def env(tmp_path, built):
+    e = {k: v for k, v in os.environ.items()
+         if not k.startswith(("GPUMUTEX_", "CUDA_", "FAKECUDA_", "LD_"))}
+    e.update(LD_LIBRARY_PATH=str(FAKE),
+             FAKECUDA_JOURNAL=str(tmp_path / "journal"),
+             FAKECUDA_NUM_DEVICES="4",
+             GPUMUTEX_LOCK_DIR=str(tmp_path / "lock"),
+             GPUMUTEX_VISIBLE_DEVICES="0,1",
+             GPUMUTEX_RECHECK_MS="0",
+             GPUMUTEX_TIMEOUT="30")
+    return e
+
+
+def kv(text):
+    return dict(l.split("=", 1) for l in text.splitlines() if "=" in l)
+
+
+def inits(env):
+    p = Path(env["FAKECUDA_JOURNAL"])
+    if not p.exists():
+        return []
+    rows = [dict(f.split("=", 1) for f in l.split())
+            for l in p.read_text().splitlines() if l.strip()]
+    return [r for r in rows if r["ev"] == "init"]
+
+
+# ---- Bugs -------------------------------------------------------------------
+
+@pytest.mark.parametrize("configured", [True, False],
+                         ids=["configured", "not-configured"])
+def test_fork_between_gate_lock_and_busy(env, tmp_path, configured):
+    """Found in review: the gate used to take gate_lock, then call
+    pthread_atfork, and only then mark itself BUSY; a fork in that window
+    left the child a locked gate_lock that nothing reset, and its cuInit
+    deadlocked (configured or not). Thread A makes the process's first
+    cuInit; an instrument preloaded before libgpumutex.so
+    (adv_atfork_shim.c) holds any pthread_atfork call made during it while
+    the main thread forks. Now the handler is registered at load time, so
+    cuInit makes no such call (window=0), the child handler always resets
+    gate_lock, and the child's cuInit returns 0 (SIGALRM after 20 s would
+    mean a hang)."""
+    shim = cc(tmp_path, "adv_atfork_shim", shared=True)
+    prog = cc(tmp_path, "adv_forkwin")
+    e = dict(env, LD_PRELOAD=f"{shim}:{LIB}",
+             GPUMUTEX_JOB="0123456789abcdef0123456789abcdef")
+    if not configured:
+        del e["GPUMUTEX_VISIBLE_DEVICES"]
+    r = subprocess.run([str(prog)], env=e, capture_output=True, text=True,
+                       timeout=TIMEOUT)
+    assert r.returncode == 0, r.stderr
+    out = kv(r.stdout)
+    assert out.get("window") == "0", r.stdout  # no registration in cuInit
+    assert out.get("a-rc") == "0", r.stdout + r.stderr
+    assert out.get("child-status") == "exit:0", (
+        f"child of a fork during the first cuInit: {out.get('child-status')}"
+        f" (signal:{int(signal.SIGALRM)} = deadlocked in cuInit)")
+    assert out.get("child-rc") == "0", r.stdout
+
+
+def test_message_to_broken_stderr_pipe_does_not_kill(env):
+    """Found in review (gmp_say now blocks SIGPIPE around its write).
+    A fail-closed message (malformed GPUMUTEX_VISIBLE_DEVICES) with fd 2
+    a pipe whose read end is closed (e.g. `prog 2>&1 | head -1` after head
+    exited). Without the library the probe exits 0; with it, it must still
+    exit 0 and report cuInit's error (1), not die of SIGPIPE."""
+    e = dict(env, GPUMUTEX_VISIBLE_DEVICES="zz")
+    r, w = os.pipe()
+    os.close(r)
+    try:
+        res = {}
+        for pre in (False, True):
+            ee = dict(e, LD_PRELOAD=str(LIB)) if pre else e
+            res[pre] = subprocess.run([str(T / "cuprobe"), "dlopen"], env=ee,
+                                      stdout=subprocess.PIPE, stderr=w,
+                                      text=True, timeout=TIMEOUT)
+    finally:
+        os.close(w)
+    assert res[False].returncode == 0  # the host itself is fine
+    assert res[True].returncode == 0, (
+        f"killed by signal {-res[True].returncode}"
+        if res[True].returncode < 0 else res[True].returncode)
+    assert kv(res[True].stdout).get("rc") == "1", res[True].stdout
+
+
+def test_child_forked_while_gate_waits_joins_promptly(env, tmp_path):
+    """Found in review: a child forked (from another thread) while the
+    parent's gate waits in the queue inherited the parent's in-flight lock
+    descriptors and waited on a doorbell it held itself, until the
+    re-check timer (off here). The child handler now closes them
+    (gm_lease_forget_inflight), and the child joins its job's lease."""
+    prog = cc(tmp_path, "adv_forkbusy")
+    e = dict(env, LD_PRELOAD=str(LIB), GPUMUTEX_VISIBLE_DEVICES="0",
+             GPUMUTEX_TIMEOUT="8")
+    holder = subprocess.Popen([str(T / "cuprobe"), "hold"], env=e,
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True)
+    try:
+        assert "rc=0" in holder.stdout.readline()
+        p = subprocess.Popen([str(prog), "2"],
+                             env=dict(e, GPUMUTEX_JOB="cd" * 16),
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True)
+        assert p.stdout.readline() == "forked\n"
+        holder.stdin.close()
+        holder.wait(TIMEOUT)
+        out, err = p.communicate(timeout=TIMEOUT)
+    finally:
+        holder.kill()
+        holder.wait()
+    assert "a-rc=0" in out, out + err
+    kids = [l for l in out.splitlines() if l.startswith("child-status=")]
+    assert kids == ["child-status=exit:0"] * 2, out + err
+
+
+# ---- Stress tests (pass) ----------------------------------------------------
+
+def test_many_threads_race_every_lookup_path_in_several_processes(env,
+                                                                  tmp_path):
+    """16 threads x 4 processes (4 jobs, 1 GPU of 2 each) race dlsym
+    (handle, RTLD_DEFAULT, RTLD_NEXT), cuGetProcAddress(_v2) incl. the
+    self-lookup, unrelated lookups and cuInit. Every cuInit pointer is the
+    same function, every call returns 0, each process's cuInit ran with one
+    leased GPU."""
+    prog = cc(tmp_path, "adv_stress")
+    e = dict(env, LD_PRELOAD=str(LIB), GPUMUTEX_RECHECK_MS="200")
+    procs = [subprocess.Popen([str(prog), "16", "40"], env=e,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True) for _ in range(4)]
+    for p in procs:
+        out, err = p.communicate(timeout=TIMEOUT)
+        assert p.returncode == 0, err
+        assert kv(out) == {"calls": "640 bad=0"}, out + err
+    ev = inits(env)
+    assert len({r["pid"] for r in ev}) == 4
+    assert all(r["cvd"] in ("0", "1") and r["order"] == "PCI_BUS_ID"
+               for r in ev), ev
+
+
+def test_fork_from_another_thread_while_gate_waits(env, tmp_path):
+    """Children forked while thread A waits in the gate start over, join
+    the job and get cuInit == 0 (with the default-style re-check on)."""
+    prog = cc(tmp_path, "adv_forkbusy")
+    e = dict(env, LD_PRELOAD=str(LIB), GPUMUTEX_VISIBLE_DEVICES="0",
+             GPUMUTEX_RECHECK_MS="200")
+    holder = subprocess.Popen([str(T / "cuprobe"), "hold"], env=e,
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True)
+    try:
+        assert "rc=0" in holder.stdout.readline()
+        p = subprocess.Popen([str(prog), "4"],
+                             env=dict(e, GPUMUTEX_JOB="ab" * 16),
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True)
+        assert p.stdout.readline() == "forked\n"
+        holder.stdin.close()
+        holder.wait(TIMEOUT)
+        out, err = p.communicate(timeout=TIMEOUT)
+    finally:
+        holder.kill()
+        holder.wait()
+    assert "a-rc=0" in out, out + err
+    assert out.count("child-status=exit:0") == 4, out + err
+    mine = [r for r in inits(env) if r["job"] == "ab" * 16]
+    assert len(mine) == 5 and all(r["cvd"] == "0" for r in mine), mine
+
+
+def test_ctypes_from_many_python_threads(env, tmp_path):
+    """8 Python threads call cuInit through ctypes at once (GIL released
+    around the call, so os.environ is updated by a pending call); then a
+    signal in the main thread runs pending calls. All return 0, one real
+    lease, C environment and os.environ agree."""
+    code = r"""
+import ctypes, os, signal, threading
+lib = ctypes.CDLL("libcuda.so.1")
+bar = threading.Barrier(8)
+rcs = []
+def work():
+    bar.wait()
+    for _ in range(20):
+        rcs.append(ctypes.CDLL("libcuda.so.1").cuInit(0))
+        getattr(lib, "cuDeviceGetCount")
+ts = [threading.Thread(target=work) for _ in range(8)]
+for t in ts: t.start()
+for t in ts: t.join()
+seen = []
+signal.signal(signal.SIGUSR1, lambda *a: seen.append(1))
+signal.raise_signal(signal.SIGUSR1)
+libc = ctypes.CDLL(None)
+libc.getenv.restype = ctypes.c_char_p
+c_cvd = libc.getenv(b"CUDA_VISIBLE_DEVICES").decode()
+print("rcs=" + ",".join(sorted(set(map(str, rcs)))), "n=%d" % len(rcs))
+print("c=" + c_cvd)
+print("py=" + os.environ.get("CUDA_VISIBLE_DEVICES", "-"))
+print("job=" + str(os.environ.get("GPUMUTEX_JOB") == libc.getenv(b"GPUMUTEX_JOB").decode()))
+"""
+    r = subprocess.run([PY, "-c", code], env=dict(env, LD_PRELOAD=str(LIB)),
+                       capture_output=True, text=True, timeout=TIMEOUT)
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert lines[0] == "rcs=0 n=160", r.stdout
+    c = lines[1].split("=", 1)[1]
+    assert c in ("0", "1") and lines[2] == "py=" + c and lines[3] == "job=True", r.stdout
+    ev = inits(env)  # the fake journals the first real cuInit only
+    assert len(ev) == 1 and ev[0]["cvd"] == c, ev
