@@ -129,31 +129,38 @@ def test_message_to_broken_stderr_pipe_does_not_kill(env):
     assert kv(res[True].stdout).get("rc") == "1", res[True].stdout
 
 
+def run_forkbusy(env, tmp_path, children, job, **extra):
+    """Hold GPU 0 with one process, start adv_forkbusy (thread A waits in
+    the gate; the main thread forks `children` children meanwhile), then
+    let the holder go. Returns adv_forkbusy's (stdout, stderr)."""
+    prog = cc(tmp_path, "adv_forkbusy")
+    e = dict(env, LD_PRELOAD=str(LIB), GPUMUTEX_VISIBLE_DEVICES="0", **extra)
+    holder = subprocess.Popen([str(T / "cuprobe"), "hold"], env=e,
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True)
+    try:
+        assert "rc=0" in holder.stdout.readline()
+        p = subprocess.Popen([str(prog), str(children)],
+                             env=dict(e, GPUMUTEX_JOB=job),
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True)
+        assert p.stdout.readline() == "forked\n"
+        holder.stdin.close()
+        holder.wait(TIMEOUT)
+        return p.communicate(timeout=TIMEOUT)
+    finally:
+        holder.kill()
+        holder.wait()
+
+
 def test_child_forked_while_gate_waits_joins_promptly(env, tmp_path):
     """Found in review: a child forked (from another thread) while the
     parent's gate waits in the queue inherited the parent's in-flight lock
     descriptors and waited on a doorbell it held itself, until the
     re-check timer (off here). The child handler now closes them
     (gm_lease_forget_inflight), and the child joins its job's lease."""
-    prog = cc(tmp_path, "adv_forkbusy")
-    e = dict(env, LD_PRELOAD=str(LIB), GPUMUTEX_VISIBLE_DEVICES="0",
-             GPUMUTEX_TIMEOUT="8")
-    holder = subprocess.Popen([str(T / "cuprobe"), "hold"], env=e,
-                              stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True)
-    try:
-        assert "rc=0" in holder.stdout.readline()
-        p = subprocess.Popen([str(prog), "2"],
-                             env=dict(e, GPUMUTEX_JOB="cd" * 16),
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                             text=True)
-        assert p.stdout.readline() == "forked\n"
-        holder.stdin.close()
-        holder.wait(TIMEOUT)
-        out, err = p.communicate(timeout=TIMEOUT)
-    finally:
-        holder.kill()
-        holder.wait()
+    out, err = run_forkbusy(env, tmp_path, 2, "cd" * 16,
+                            GPUMUTEX_TIMEOUT="8")
     assert "a-rc=0" in out, out + err
     kids = [l for l in out.splitlines() if l.startswith("child-status=")]
     assert kids == ["child-status=exit:0"] * 2, out + err
@@ -186,25 +193,8 @@ def test_many_threads_race_every_lookup_path_in_several_processes(env,
 def test_fork_from_another_thread_while_gate_waits(env, tmp_path):
     """Children forked while thread A waits in the gate start over, join
     the job and get cuInit == 0 (with the default-style re-check on)."""
-    prog = cc(tmp_path, "adv_forkbusy")
-    e = dict(env, LD_PRELOAD=str(LIB), GPUMUTEX_VISIBLE_DEVICES="0",
-             GPUMUTEX_RECHECK_MS="200")
-    holder = subprocess.Popen([str(T / "cuprobe"), "hold"], env=e,
-                              stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True)
-    try:
-        assert "rc=0" in holder.stdout.readline()
-        p = subprocess.Popen([str(prog), "4"],
-                             env=dict(e, GPUMUTEX_JOB="ab" * 16),
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                             text=True)
-        assert p.stdout.readline() == "forked\n"
-        holder.stdin.close()
-        holder.wait(TIMEOUT)
-        out, err = p.communicate(timeout=TIMEOUT)
-    finally:
-        holder.kill()
-        holder.wait()
+    out, err = run_forkbusy(env, tmp_path, 4, "ab" * 16,
+                            GPUMUTEX_RECHECK_MS="200")
     assert "a-rc=0" in out, out + err
     assert out.count("child-status=exit:0") == 4, out + err
     mine = [r for r in inits(env) if r["job"] == "ab" * 16]
