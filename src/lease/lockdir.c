@@ -185,7 +185,7 @@ void gm__dir_close(struct gm__dir *d)
 	}
 }
 
-static int check_file(int fd, const char *what, int fifo, int flags,
+static int check_file(int fd, const char *what, int fifo,
 		      char *err, size_t errlen)
 {
 	struct stat st;
@@ -197,9 +197,6 @@ static int check_file(int fd, const char *what, int fifo, int flags,
 		return gm__fail(-EINVAL, err, errlen,
 				"%s is not a %s; remove it (the lock directory was damaged or is shared with something else)",
 				what, fifo ? "FIFO" : "regular file");
-	/* A file others may write must not be replaceable by them: only its
-	 * owner (or the directory owner) can unlink it in a sticky directory. */
-	(void)flags;
 	return 0;
 }
 
@@ -262,7 +259,7 @@ int gm__open(int dirfd, const char *what, const char *name, int flags,
 		int fd = openat(dirfd, name, f), rc;
 
 		if (fd >= 0) {
-			rc = check_file(fd, what, fifo, flags, err, errlen);
+			rc = check_file(fd, what, fifo, err, errlen);
 			if (rc) {
 				close(fd);
 				return rc;

@@ -169,22 +169,27 @@ CUresult cuInit(unsigned int flags)
  *     call through a NULL pointer).
  *   - Re-entrant: no lock is taken here; nothing to guard.
  * ------------------------------------------------------------------------ */
-static CUresult gpa2_impl(const void *caller, const char *symbol, void **pfn,
-			  int version, unsigned long long flags, int *status)
+/* Both ABIs share this: `v2` says which real function to call (the
+ * 5-argument cuGetProcAddress_v2 with `status`, or the 4-argument one). */
+static CUresult gpa_impl(int v2, const void *caller, const char *symbol,
+			 void **pfn, int version, unsigned long long flags,
+			 int *status)
 {
 	int saved = errno;
 	const struct gmp_cuda *c = gmp_cuda();
+	void *real = c ? (v2 ? c->gpa2 : c->gpa1) : NULL;
 	CUresult rc;
 
 	errno = saved;
-	if (!c || !c->gpa2) {
+	if (!real) {
 		if (pfn)
 			*pfn = NULL;
-		if (status)
+		if (v2 && status)
 			*status = GMP_GPA_SYMBOL_NOT_FOUND;
 		return GMP_CUDA_ERROR_NOT_FOUND;
 	}
-	rc = ((gpa2_fn)c->gpa2)(symbol, pfn, version, flags, status);
+	rc = v2 ? ((gpa2_fn)real)(symbol, pfn, version, flags, status) :
+		  ((gpa1_fn)real)(symbol, pfn, version, flags);
 	if (rc == GMP_CUDA_SUCCESS && pfn && !gmp_in_range(&c->range, caller))
 		*pfn = swap(*pfn, c);
 	return rc;
@@ -193,8 +198,8 @@ static CUresult gpa2_impl(const void *caller, const char *symbol, void **pfn,
 static CUresult hook_gpa2(const char *symbol, void **pfn, int version,
 			  unsigned long long flags, int *status)
 {
-	return gpa2_impl(__builtin_return_address(0), symbol, pfn, version,
-			 flags, status);
+	return gpa_impl(1, __builtin_return_address(0), symbol, pfn, version,
+			flags, status);
 }
 
 GMP_EXPORT CUresult cuGetProcAddress_v2(const char *symbol, void **pfn,
@@ -208,37 +213,18 @@ CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int version,
 
 	if (other)
 		return ((gpa2_fn)other)(symbol, pfn, version, flags, status);
-	return gpa2_impl(caller, symbol, pfn, version, flags, status);
+	return gpa_impl(1, caller, symbol, pfn, version, flags, status);
 }
 
 /* ------------------------------------------------------------------------
  * cuGetProcAddress (CUDA 11.3+: symbol, pfn, cudaVersion, flags)
  *   Same policy as cuGetProcAddress_v2, with the 4-argument ABI.
  * ------------------------------------------------------------------------ */
-static CUresult gpa1_impl(const void *caller, const char *symbol, void **pfn,
-			  int version, unsigned long long flags)
-{
-	int saved = errno;
-	const struct gmp_cuda *c = gmp_cuda();
-	CUresult rc;
-
-	errno = saved;
-	if (!c || !c->gpa1) {
-		if (pfn)
-			*pfn = NULL;
-		return GMP_CUDA_ERROR_NOT_FOUND;
-	}
-	rc = ((gpa1_fn)c->gpa1)(symbol, pfn, version, flags);
-	if (rc == GMP_CUDA_SUCCESS && pfn && !gmp_in_range(&c->range, caller))
-		*pfn = swap(*pfn, c);
-	return rc;
-}
-
 static CUresult hook_gpa1(const char *symbol, void **pfn, int version,
 			  unsigned long long flags)
 {
-	return gpa1_impl(__builtin_return_address(0), symbol, pfn, version,
-			 flags);
+	return gpa_impl(0, __builtin_return_address(0), symbol, pfn, version,
+			flags, NULL);
 }
 
 GMP_EXPORT CUresult cuGetProcAddress(const char *symbol, void **pfn,
@@ -251,7 +237,7 @@ CUresult cuGetProcAddress(const char *symbol, void **pfn, int version,
 
 	if (other)
 		return ((gpa1_fn)other)(symbol, pfn, version, flags);
-	return gpa1_impl(caller, symbol, pfn, version, flags);
+	return gpa_impl(0, caller, symbol, pfn, version, flags, NULL);
 }
 
 /* ------------------------------------------------------------------------
