@@ -29,3 +29,20 @@ def lockdir(tmp_path):
 @pytest.fixture
 def journal(tmp_path):
     return str(tmp_path / "journal")
+
+
+def fake_driver_env(tmp_path, **overrides):
+    """A clean environment for running programs on the fake driver under
+    the preload tests: fake libcuda.so.1 on the library path, a private
+    journal and lock directory, GPUs 0,1 of 4 managed, and a timeout so
+    that a bug fails instead of hanging. LD_PRELOAD is left to the test."""
+    e = {k: v for k, v in os.environ.items()
+         if not k.startswith(("GPUMUTEX_", "CUDA_", "FAKECUDA_", "LD_"))}
+    e.update(LD_LIBRARY_PATH=os.path.join(BUILD, "tests", "fakecuda"),
+             FAKECUDA_JOURNAL=str(tmp_path / "journal"),
+             FAKECUDA_NUM_DEVICES="4",
+             GPUMUTEX_LOCK_DIR=str(tmp_path / "lock"),
+             GPUMUTEX_VISIBLE_DEVICES="0,1",
+             GPUMUTEX_TIMEOUT="30")
+    e.update(overrides)
+    return e

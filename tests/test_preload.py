@@ -21,12 +21,13 @@ from pathlib import Path
 
 import pytest
 
+from conftest import fake_driver_env
+
 REPO = Path(__file__).resolve().parent.parent
 B = REPO / "build"
 LIB = B / "libgpumutex.so"
 RUN = B / "gpumutex-run"
 T = B / "tests" / "preload"
-FAKE = B / "tests" / "fakecuda"
 NVCC = Path("/usr/local/cuda/bin/nvcc")
 PY = "/usr/bin/python3"
 TIMEOUT = 60  # seconds; only so that a hang fails instead of blocking CI
@@ -59,15 +60,7 @@ def nvcc_built(built):
 def env(tmp_path, built):
     """A clean environment: fake driver, private journal and lock dir,
     GPUs 0,1 of 4 managed, and a timeout so that a bug fails, not hangs."""
-    e = {k: v for k, v in os.environ.items()
-         if not k.startswith(("GPUMUTEX_", "CUDA_", "FAKECUDA_", "LD_"))}
-    e.update(LD_LIBRARY_PATH=str(FAKE),
-             FAKECUDA_JOURNAL=str(tmp_path / "journal"),
-             FAKECUDA_NUM_DEVICES="4",
-             GPUMUTEX_LOCK_DIR=str(tmp_path / "lock"),
-             GPUMUTEX_VISIBLE_DEVICES="0,1",
-             GPUMUTEX_TIMEOUT="30")
-    return e
+    return fake_driver_env(tmp_path)
 
 
 def run(args, env, preload=True, **kw):

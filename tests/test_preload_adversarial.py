@@ -16,10 +16,12 @@ from pathlib import Path
 
 import pytest
 
+import journal as J
+from conftest import fake_driver_env
+
 REPO = Path(__file__).resolve().parent.parent
 B = REPO / "build"
 LIB = B / "libgpumutex.so"
-FAKE = B / "tests" / "fakecuda"
 T = B / "tests" / "preload"
 SRC = REPO / "tests" / "preload"
 PY = "/usr/bin/python3"
@@ -46,16 +48,7 @@ def cc(tmp_path, name, *extra, shared=False):
 
 @pytest.fixture
 def env(tmp_path, built):
-    e = {k: v for k, v in os.environ.items()
-         if not k.startswith(("GPUMUTEX_", "CUDA_", "FAKECUDA_", "LD_"))}
-    e.update(LD_LIBRARY_PATH=str(FAKE),
-             FAKECUDA_JOURNAL=str(tmp_path / "journal"),
-             FAKECUDA_NUM_DEVICES="4",
-             GPUMUTEX_LOCK_DIR=str(tmp_path / "lock"),
-             GPUMUTEX_VISIBLE_DEVICES="0,1",
-             GPUMUTEX_RECHECK_MS="0",
-             GPUMUTEX_TIMEOUT="30")
-    return e
+    return fake_driver_env(tmp_path, GPUMUTEX_RECHECK_MS="0")
 
 
 def kv(text):
@@ -63,12 +56,9 @@ def kv(text):
 
 
 def inits(env):
-    p = Path(env["FAKECUDA_JOURNAL"])
-    if not p.exists():
-        return []
-    rows = [dict(f.split("=", 1) for f in l.split())
-            for l in p.read_text().splitlines() if l.strip()]
-    return [r for r in rows if r["ev"] == "init"]
+    """The fake driver's init events (tests/lib/journal.py)."""
+    p = env["FAKECUDA_JOURNAL"]
+    return J.by_kind(J.parse(p), "init") if os.path.exists(p) else []
 
 
 # ---- Bugs -------------------------------------------------------------------
