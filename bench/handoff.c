@@ -49,14 +49,20 @@ struct shm {
 	volatile int64_t t0, t1;
 };
 
+/* The pipe B writes to just before it blocks (see round()). */
 static int ready_pipe[2];
+
+static void say_ready(void)
+{
+	if (write(ready_pipe[1], "w", 1) != 1)
+		_exit(90);
+}
 
 static void on_wait(void *arg, const struct gm_wait_info *w)
 {
 	(void)arg;
 	(void)w;
-	if (write(ready_pipe[1], "w", 1) != 1)
-		_exit(90);
+	say_ready();
 }
 
 static void base_cfg(struct gm_config *c, const char *dir, const char *job)
@@ -71,7 +77,43 @@ static void base_cfg(struct gm_config *c, const char *dir, const char *job)
 	snprintf(c->job, sizeof c->job, "%s", job);
 }
 
-static int64_t round_gpumutex(struct shm *s, const char *dir, int r)
+/* A contender's way to get the lock (who is 'a' or 'b'); 0 on success.
+ * B's must call say_ready() just before it blocks. */
+typedef int (*take_fn)(const char *where, int round, char who);
+
+static int take_gpumutex(const char *dir, int r, char who)
+{
+	struct gm_config cfg;
+	struct gm_lease l;
+	struct gm_acquire_hooks hooks = { on_wait, NULL, NULL };
+	char err[GM_ERR_MAX], job[32];
+
+	snprintf(job, sizeof job, "%c%d", who, r);
+	base_cfg(&cfg, dir, job);
+	return gm_lease_acquire(&cfg, who == 'b' ? &hooks : NULL, &l, err,
+				sizeof err);
+}
+
+static int take_flock(const char *path, int r, char who)
+{
+	int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+
+	(void)r;
+	if (fd < 0)
+		return -1;
+	if (who == 'b')
+		say_ready();
+	return flock(fd, LOCK_EX);
+}
+
+/*
+ * One round: A takes the lock and says so; B starts and blocks; once B has
+ * announced it is about to block, A waits 2 ms more (so B is really asleep
+ * in the kernel), takes t0 and exits holding the lock; B takes t1 when it
+ * gets the lock. Returns t1 - t0.
+ */
+static int64_t one_round(struct shm *s, take_fn take, const char *where,
+			 int r)
 {
 	int hold[2], st;
 	pid_t a, b;
@@ -81,32 +123,21 @@ static int64_t round_gpumutex(struct shm *s, const char *dir, int r)
 		exit(1);
 	a = fork();
 	if (a == 0) {
-		struct gm_config cfg;
-		struct gm_lease l;
-		char err[GM_ERR_MAX], job[32];
-		snprintf(job, sizeof job, "a%d", r);
-		base_cfg(&cfg, dir, job);
-		if (gm_lease_acquire(&cfg, NULL, &l, err, sizeof err))
+		if (take(where, r, 'a'))
 			_exit(91);
 		if (write(hold[1], "h", 1) != 1)
 			_exit(92);
-		if (read(ready_pipe[0], &c, 1) != 1) /* B is about to sleep */
+		if (read(ready_pipe[0], &c, 1) != 1)
 			_exit(93);
 		nap_ms(2);
 		s->t0 = now_ns();
-		_exit(0); /* the kernel releases the lease */
+		_exit(0); /* the kernel releases the lock */
 	}
 	if (read(hold[0], &c, 1) != 1)
 		exit(1);
 	b = fork();
 	if (b == 0) {
-		struct gm_config cfg;
-		struct gm_lease l;
-		struct gm_acquire_hooks hooks = { on_wait, NULL, NULL };
-		char err[GM_ERR_MAX], job[32];
-		snprintf(job, sizeof job, "b%d", r);
-		base_cfg(&cfg, dir, job);
-		if (gm_lease_acquire(&cfg, &hooks, &l, err, sizeof err))
+		if (take(where, r, 'b'))
 			_exit(94);
 		s->t1 = now_ns();
 		_exit(0);
@@ -117,46 +148,6 @@ static int64_t round_gpumutex(struct shm *s, const char *dir, int r)
 	close(hold[1]);
 	close(ready_pipe[0]);
 	close(ready_pipe[1]);
-	return s->t1 - s->t0;
-}
-
-static int64_t round_flock(struct shm *s, const char *path)
-{
-	int hold[2], ready[2], st;
-	pid_t a, b;
-	char c;
-
-	if (pipe(hold) || pipe(ready))
-		exit(1);
-	a = fork();
-	if (a == 0) {
-		int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-		if (fd < 0 || flock(fd, LOCK_EX))
-			_exit(91);
-		if (write(hold[1], "h", 1) != 1)
-			_exit(92);
-		if (read(ready[0], &c, 1) != 1)
-			_exit(93);
-		nap_ms(2);
-		s->t0 = now_ns();
-		_exit(0);
-	}
-	if (read(hold[0], &c, 1) != 1)
-		exit(1);
-	b = fork();
-	if (b == 0) {
-		int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-		if (fd < 0 || write(ready[1], "w", 1) != 1 || flock(fd, LOCK_EX))
-			_exit(94);
-		s->t1 = now_ns();
-		_exit(0);
-	}
-	waitpid(a, &st, 0);
-	waitpid(b, &st, 0);
-	close(hold[0]);
-	close(hold[1]);
-	close(ready[0]);
-	close(ready[1]);
 	return s->t1 - s->t0;
 }
 
@@ -184,8 +175,8 @@ int main(int argc, char **argv)
 	if (!g || !f || s == MAP_FAILED)
 		return 1;
 	for (int r = 0; r < rounds; r++) {
-		f[r] = round_flock(s, path);
-		g[r] = round_gpumutex(s, dir, r);
+		f[r] = one_round(s, take_flock, path, r);
+		g[r] = one_round(s, take_gpumutex, dir, r);
 	}
 	{
 		int64_t *u = calloc((size_t)rounds, sizeof *u);
