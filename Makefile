@@ -25,8 +25,17 @@ SAN_BINS  := $(B)/tests/lease-unit-san $(B)/tests/lease-holder-san
 CLI_SRC := src/cli/gpumutex.c src/cli/status.c src/cli/run.c
 CLI_HDR := $(wildcard src/cli/*.h)
 
+# `make`: everything a user runs (the library, gpumutex, gpumutex-run) and
+# the test programs. The library is gated as it is built (src/preload/module.mk).
+.DEFAULT_GOAL := all
+.PHONY: all
+all: $(B)/liblease.a $(TEST_BINS) $(B)/gpumutex $(B)/libgpumutex.so \
+     $(B)/gpumutex-run
+
 .PHONY: gate portability
-# The load gate (glibc floor, NEEDED, exports): docs/portability.md.
+# The load gate (glibc floor, NEEDED, exports): docs/portability.md. The
+# build already ran it on the way to build/libgpumutex.so; this target runs
+# it again, on the file as it is now.
 gate: $(B)/libgpumutex.so
 	bash tools/gate.sh $(B)/libgpumutex.so src/preload/exports.list
 
@@ -35,10 +44,8 @@ gate: $(B)/libgpumutex.so
 portability: $(B)/libgpumutex.so
 	bash tools/portability.sh
 
-.PHONY: all check check-unit check-san check-py clean lint demo bench \
-        sanitizer-tests
-all: $(B)/liblease.a $(TEST_BINS) $(B)/gpumutex $(B)/libgpumutex.so \
-     $(B)/gpumutex-run
+.PHONY: check check-unit check-san check-py check-wheel clean lint demo \
+        bench sanitizer-tests
 
 $(B)/obj/%.o: src/%.c $(LEASE_HDR)
 	@mkdir -p $(dir $@)
