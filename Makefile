@@ -44,7 +44,7 @@ gate: $(B)/libgpumutex.so
 portability: $(B)/libgpumutex.so
 	bash tools/portability.sh
 
-.PHONY: check check-unit check-san check-py check-wheel clean lint demo \
+.PHONY: check check-unit check-san check-py clean lint demo \
         bench sanitizer-tests
 
 $(B)/obj/%.o: src/%.c $(LEASE_HDR)
