@@ -6,7 +6,12 @@ PYTHON  ?= /usr/bin/python3
 CFLAGS  ?= -O2 -g
 WARN    := -std=c11 -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes \
            -Wmissing-prototypes -Wno-missing-field-initializers
-ALL_CFLAGS = $(WARN) $(CFLAGS) -fPIC -fvisibility=hidden -Isrc/lease
+# The library's code (src/lease, src/preload) runs inside cuInit on the
+# caller's thread, whose stack can be 16 KiB: no frame may hold big buffers
+# (those are static or on the heap; tests/test_preload_adversarial.py,
+# test_cuinit_on_a_16k_thread_stack).
+FRAME_WARN := -Wframe-larger-than=2048
+ALL_CFLAGS = $(WARN) $(FRAME_WARN) $(CFLAGS) -fPIC -fvisibility=hidden -Isrc/lease
 # The sanitizer build of the core is also the one with crash points
 # (GM_CRASH_AT, see src/lease/internal.h); the shipped library has none.
 SAN_FLAGS := -O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer \

@@ -156,6 +156,70 @@ def test_child_forked_while_gate_waits_joins_promptly(env, tmp_path):
     assert kids == ["child-status=exit:0"] * 2, out + err
 
 
+def hold_gpu0(e):
+    """A holder (cuprobe hold) of GPU 0, once it uses it; the caller
+    closes its stdin to let go."""
+    holder = subprocess.Popen([str(T / "cuprobe"), "hold"], env=e,
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True)
+    for line in holder.stdout:
+        if line.startswith(("ready", "rc=")) and line != "rc=0\n":
+            break
+    assert line.startswith("ready"), line
+    return holder
+
+
+@pytest.mark.parametrize("path", ["dlsym", "linked"])
+@pytest.mark.parametrize("case", ["free", "wait", "not-configured"])
+def test_cuinit_on_a_16k_thread_stack(env, case, path):
+    """Found in review: the gate needed 24-32 KiB of thread stack (the
+    configuration with its 4 KiB path, lease records, the waiting line and
+    the lock directory's state on the stack), so cuInit from a thread with
+    a 16 KiB stack (Go, some JVMs and thread pools make such threads) died
+    of SIGSEGV in the gate, while waiting and also without waiting; the
+    fake driver's own cuInit works there. Now the gate's buffers are static
+    (used under the gate's mutex only) and the lease core's are on the
+    heap. tests/preload/smallstack.c calls cuInit from such a thread, then
+    uses the GPU; with `wait`, a holder has the only managed GPU until the
+    probe says it waits, then lets go."""
+    e = dict(env, LD_PRELOAD=str(LIB))
+    argv = [str(T / "smallstack"), path]
+    holder = None
+    if case == "not-configured":
+        del e["GPUMUTEX_VISIBLE_DEVICES"]
+    if case == "wait":
+        e["GPUMUTEX_VISIBLE_DEVICES"] = "0"
+        holder = hold_gpu0(e)
+    try:
+        p = subprocess.Popen(argv, env=e, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+        if holder:
+            waiting = p.stderr.readline()  # "" if it died first
+            holder.stdin.close()
+            assert holder.wait(TIMEOUT) == 0
+        out, err = p.communicate(timeout=TIMEOUT)
+    finally:
+        if holder:
+            holder.kill()
+            holder.wait()
+    assert p.returncode == 0, (
+        f"killed by signal {-p.returncode} (SIGSEGV = {int(signal.SIGSEGV)}) "
+        f"on a {kv(out).get('stack')}-byte thread stack" if p.returncode < 0
+        else f"exit {p.returncode}: {err}")
+    res = kv(out)
+    assert res.get("rc") == "0", out + err
+    mine = [r for r in inits(env) if r["pid"] == str(p.pid)]
+    assert len(mine) == 1, inits(env)
+    if case == "not-configured":
+        assert res["cvd"] == "-unset-" and mine[0]["cvd"] == "-unset-"
+        return
+    assert res["cvd"] in ("0", "1") and mine[0]["cvd"] == res["cvd"], out
+    if holder:
+        assert "waits for 1 GPU of 0" in waiting, waiting + err
+        assert res["cvd"] == "0"
+        J.check_exclusive(J.parse(env["FAKECUDA_JOURNAL"]))
+
+
 # ---- Stress tests (pass) ----------------------------------------------------
 
 def test_many_threads_race_every_lookup_path_in_several_processes(env,

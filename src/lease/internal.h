@@ -120,10 +120,12 @@ int gm__lease_alive(const struct gm__dir *d, uint64_t lease,
 		    const int *devices, int ndevices);
 
 /* Read a lease record: a regular file (anything else is refused without
- * blocking), up to len-1 bytes, NUL-terminated; its owner in *owner.
- * 0 or -errno (-ENOENT: none; -EINVAL: not a regular file). */
-int gm__read_record(int dirfd, const char *name, char *buf, size_t len,
-		    uid_t *owner);
+ * blocking), up to GM_RECORD_MAX-1 bytes, NUL-terminated, into *text,
+ * which the caller frees (heap, not stack: the core runs on the stacks
+ * of CUDA threads, which can be 16 KiB); its owner in *owner.
+ * 0 or -errno (-ENOENT: none; -EINVAL: not a regular file; -ENOMEM). On
+ * error *text is NULL. */
+int gm__read_record(int dirfd, const char *name, char **text, uid_t *owner);
 
 /* Parse a ticket's file name (see lease.c). 0 or -EINVAL. */
 int gm__ticket_parse(const char *name, uint64_t *seq, unsigned *uid,

@@ -31,7 +31,9 @@
 
 #define GM_CLEANUP_EVERY 16
 
-/* Everything one acquire call holds, so one cleanup path frees it all. */
+/* Everything one acquire call holds, so one cleanup path frees it all.
+ * On the heap, with claim's doorbell arrays: gm_lease_acquire runs on its
+ * caller's stack, which for cuInit can be a 16 KiB thread stack. */
 struct acq {
 	const struct gm_config *cfg;
 	const struct gm_acquire_hooks *hooks;
@@ -49,6 +51,8 @@ struct acq {
 	int recfd;                  /* the record's temporary file, made early */
 	char *err;
 	size_t errlen;
+	struct pollfd bells[GM_MAX_DEVICES]; /* claim: doorbells of busy devices */
+	int belldev[GM_MAX_DEVICES];         /* ... and their device indices */
 };
 
 static void notify_wait(struct acq *a, int ahead, int head, int job_busy)
@@ -161,20 +165,21 @@ struct record {
  * it could not be read. */
 static int record_read(struct acq *a, struct record *r)
 {
-	char name[GM_JOB_MAX + 48], buf[GM_RECORD_MAX];
+	char name[GM_JOB_MAX + 48], *buf;
 	uid_t owner;
 	int rc;
 
 	snprintf(name, sizeof name, "%s.lease", a->jobname);
-	rc = gm__read_record(a->d.job, name, buf, sizeof buf, &owner);
+	rc = gm__read_record(a->d.job, name, &buf, &owner);
 	if (rc == -ENOENT || rc == -EINVAL)
 		return -ENOENT;
 	if (rc)
 		return rc;
-	if (owner != geteuid() ||
-	    gm__record_parse(buf, &r->lease, r->devices, &r->ndevices) != 0)
-		return -ENOENT;
-	return 0;
+	rc = owner != geteuid() ||
+	     gm__record_parse(buf, &r->lease, r->devices, &r->ndevices) != 0 ?
+		-ENOENT : 0;
+	free(buf);
+	return rc;
 }
 
 /* Make the record's temporary file (empty, mode 0644) and return its
@@ -199,19 +204,31 @@ static int record_prepare(struct acq *a)
 	return fd;
 }
 
+/* A written record's size limit (a full one is about 650 bytes). */
+#define RECORD_WRITE_MAX 2048
+
 static int record_write(struct acq *a, const struct gm_lease *l)
 {
 	char name[GM_JOB_MAX + 48], tmp[GM_JOB_MAX + 48];
-	char buf[2048], list[GM_MAX_DEVICES * 4] = "";
+	char list[GM_MAX_DEVICES * 4] = "";
+	/* On the heap: this runs on the caller's stack, which for cuInit can
+	 * be a 16 KiB thread stack. */
+	char *buf = malloc(RECORD_WRITE_MAX);
 	size_t off = 0;
 	int fd, len, rc = 0;
 	pid_t pid = getpid();
 
 	errno = 0;
+	snprintf(name, sizeof name, "%s.lease", a->jobname);
+	snprintf(tmp, sizeof tmp, "%s.lease.tmp", a->jobname);
+	if (!buf) {
+		errno = ENOMEM;
+		goto fail;
+	}
 	for (int i = 0; i < l->ndevices; i++)
 		off += (size_t)snprintf(list + off, sizeof list - off, "%s%d",
 					i ? "," : "", l->devices[i]);
-	len = snprintf(buf, sizeof buf,
+	len = snprintf(buf, RECORD_WRITE_MAX,
 		       "gpumutex-lease 1\nlease=%" PRIx64 "\njob=%s\nuid=%u\n"
 		       "devices=%s\nstart=%" PRId64 "\npid=%d\ncmd=%s\n"
 		       "member=%d\n",
@@ -222,8 +239,6 @@ static int record_write(struct acq *a, const struct gm_lease *l)
 	 * so nobody else writes this job's temporary file. It was made before
 	 * waiting (record_prepare): creating a file is slow on some
 	 * filesystems, and this is the hand-off path. */
-	snprintf(name, sizeof name, "%s.lease", a->jobname);
-	snprintf(tmp, sizeof tmp, "%s.lease.tmp", a->jobname);
 	fd = a->recfd;
 	a->recfd = -1;
 	if (fd < 0) {
@@ -240,9 +255,11 @@ static int record_write(struct acq *a, const struct gm_lease *l)
 	gm__close(fd);
 	if (renameat(a->d.job, tmp, a->d.job, name) < 0)
 		goto fail;
+	free(buf);
 	return 0;
 fail:
 	rc = errno ? -errno : -EIO;
+	free(buf);
 	unlinkat(a->d.job, tmp, 0);
 	return gm__fail(rc, a->err, a->errlen,
 			"cannot write lease record job/%s: %s", name,
@@ -720,8 +737,8 @@ static int grant(struct acq *a, struct gm_lease *l)
  */
 static int claim(struct acq *a, struct gm_lease *out)
 {
-	struct pollfd bells[GM_MAX_DEVICES];
-	int rc, nbells, ahead, belldev[GM_MAX_DEVICES];
+	struct pollfd *bells = a->bells;
+	int rc, nbells, ahead, *belldev = a->belldev;
 	uint64_t rang = 0, suspect = 0, stale = 0;
 
 	/* Prepare now what the record needs, not on the hand-off path. */
@@ -823,17 +840,12 @@ int gm_lease_acquire(const struct gm_config *cfg,
 		     const struct gm_acquire_hooks *hooks,
 		     struct gm_lease *out, char *err, size_t errlen)
 {
-	struct acq a;
+	struct acq *a;
 	struct record r;
+	uint64_t mask = 0;
 	int rc, dead = 0;
 
 	memset(out, 0, sizeof *out);
-	memset(&a, 0, sizeof a);
-	a.cfg = cfg;
-	a.hooks = hooks;
-	a.jobfd = a.ticketfd = a.recfd = -1;
-	a.err = err;
-	a.errlen = errlen;
 	if (err && errlen)
 		err[0] = '\0';
 
@@ -844,31 +856,42 @@ int gm_lease_acquire(const struct gm_config *cfg,
 				cfg->ndevices);
 	for (int i = 0; i < cfg->ndevices; i++) {
 		if (cfg->devices[i] < 0 || cfg->devices[i] >= GM_MAX_DEVICES ||
-		    (a.mask & (UINT64_C(1) << cfg->devices[i])))
+		    (mask & (UINT64_C(1) << cfg->devices[i])))
 			return gm__fail(-EINVAL, err, errlen,
 					"bad device list (index %d)",
 					cfg->devices[i]);
-		a.mask |= UINT64_C(1) << cfg->devices[i];
+		mask |= UINT64_C(1) << cfg->devices[i];
 	}
 	rc = gm_job_check("GPUMUTEX_JOB", cfg->job, err, errlen);
 	if (rc)
 		return rc;
-	a.deadline = cfg->timeout_s < 0 ? -1 :
+	a = calloc(1, sizeof *a);
+	if (!a)
+		return gm__fail(-ENOMEM, err, errlen, "out of memory");
+	a->cfg = cfg;
+	a->hooks = hooks;
+	a->mask = mask;
+	a->jobfd = a->ticketfd = a->recfd = -1;
+	a->err = err;
+	a->errlen = errlen;
+	a->deadline = cfg->timeout_s < 0 ? -1 :
 		gm__mono_ns() + (int64_t)(cfg->timeout_s * 1e9);
-	snprintf(a.jobname, sizeof a.jobname, "%u-%s", (unsigned)geteuid(),
+	snprintf(a->jobname, sizeof a->jobname, "%u-%s", (unsigned)geteuid(),
 		 cfg->job);
 
-	rc = gm__dir_open(cfg->lock_dir, 1, &a.d, err, errlen);
-	if (rc)
+	rc = gm__dir_open(cfg->lock_dir, 1, &a->d, err, errlen);
+	if (rc) {
+		free(a);
 		return rc;
-	rc = job_lock(&a);
+	}
+	rc = job_lock(a);
 	if (rc)
 		goto out;
-	rc = record_read(&a, &r);
+	rc = record_read(a, &r);
 	if (rc == 0) {
-		rc = join(&a, &r, out);
+		rc = join(a, &r, out);
 		if (rc == 1) {
-			record_add_member(&a);
+			record_add_member(a);
 			rc = 0;
 			goto out;
 		}
@@ -882,7 +905,7 @@ int gm_lease_acquire(const struct gm_config *cfg,
 	/* Known now: the job has no live lease, and none can appear while we
 	 * hold its job lock. */
 	dead = 1;
-	rc = claim(&a, out);
+	rc = claim(a, out);
 	if (rc == 0 && hooks && hooks->on_granted)
 		hooks->on_granted(hooks->arg, out);
 	if (rc == 0)
@@ -890,41 +913,42 @@ int gm_lease_acquire(const struct gm_config *cfg,
 out:
 	/* Order matters: the ticket goes first (our successor may start),
 	 * then the job lock (our job's other processes may join). */
-	release_ticket(&a);
-	if (a.recfd >= 0) {
+	release_ticket(a);
+	if (a->recfd >= 0) {
 		/* Not used (we gave up, or the grant failed before writing). */
 		char tmp[GM_JOB_MAX + 48];
-		gm__close(a.recfd);
-		snprintf(tmp, sizeof tmp, "%s.lease.tmp", a.jobname);
-		unlinkat(a.d.job, tmp, 0);
+		gm__close(a->recfd);
+		snprintf(tmp, sizeof tmp, "%s.lease.tmp", a->jobname);
+		unlinkat(a->d.job, tmp, 0);
 	}
-	if (rc && a.jobfd >= 0 && dead) {
+	if (rc && a->jobfd >= 0 && dead) {
 		/* Giving up leaves nothing behind. We hold the job lock and
 		 * found no live lease, so none can exist: the job's files
 		 * describe nothing (same-job waiters start over, as after a
 		 * cleanup). After an error before that was known, nothing is
 		 * removed. */
 		char name[GM_JOB_MAX + 48];
-		snprintf(name, sizeof name, "%s.lease", a.jobname);
-		unlinkat(a.d.job, name, 0);
-		snprintf(name, sizeof name, "%s.lease.tmp", a.jobname);
-		unlinkat(a.d.job, name, 0);
-		unlinkat(a.d.job, a.jobname, 0);
+		snprintf(name, sizeof name, "%s.lease", a->jobname);
+		unlinkat(a->d.job, name, 0);
+		snprintf(name, sizeof name, "%s.lease.tmp", a->jobname);
+		unlinkat(a->d.job, name, 0);
+		unlinkat(a->d.job, a->jobname, 0);
 	}
-	if (a.jobfd >= 0) {
-		gm__unlock_all(a.jobfd);
-		gm__close(a.jobfd);
+	if (a->jobfd >= 0) {
+		gm__unlock_all(a->jobfd);
+		gm__close(a->jobfd);
 	}
 	/* Every GM_CLEANUP_EVERY-th ticket tidies up: a scan costs a few
 	 * system calls per job file, too much to pay on every claim when
 	 * hundreds of jobs are live, and dead files stay bounded anyway. */
-	if (rc == 0 && !out->joined && !a.cleaned &&
-	    a.ticket % GM_CLEANUP_EVERY == 0)
-		gm__cleanup_jobs(&a.d, a.jobname);
-	gm__dir_close(&a.d);
+	if (rc == 0 && !out->joined && !a->cleaned &&
+	    a->ticket % GM_CLEANUP_EVERY == 0)
+		gm__cleanup_jobs(&a->d, a->jobname);
+	gm__dir_close(&a->d);
 	if (rc)
 		memset(out, 0, sizeof *out);
 	for (int i = 0; i < out->ndevices; i++)
 		gm__untrack(out->fds[i]); /* the lease: kept for life */
+	free(a);
 	return rc;
 }

@@ -153,25 +153,35 @@ int gm__dir_open(const char *path, int create, struct gm__dir *d, char *err,
 {
 	static const char *const sub[3] = { "dev", "queue", "job" };
 	int *slot[3] = { &d->dev, &d->queue, &d->job };
-	char sp[4200];
+	/* "<path>/<sub>", for messages only. On the heap: a lock directory
+	 * path can be 4 KiB, and this runs on CUDA threads' small stacks. */
+	size_t splen = strlen(path) + 8;
+	char *sp = malloc(splen);
 
 	d->root = d->dev = d->queue = d->job = -1;
+	if (!sp)
+		return gm__fail(-ENOMEM, err, errlen,
+				"cannot open lock directory %s: out of memory",
+				path);
 	d->root = open_dir(-1, path, path, create, err, errlen);
 	if (d->root < 0) {
 		int rc = d->root;
 		d->root = -1;
+		free(sp);
 		return rc;
 	}
 	for (int i = 0; i < 3; i++) {
-		snprintf(sp, sizeof sp, "%s/%s", path, sub[i]);
+		snprintf(sp, splen, "%s/%s", path, sub[i]);
 		*slot[i] = open_dir(d->root, sub[i], sp, create, err, errlen);
 		if (*slot[i] < 0) {
 			int rc = *slot[i];
 			*slot[i] = -1;
 			gm__dir_close(d);
+			free(sp);
 			return rc;
 		}
 	}
+	free(sp);
 	return 0;
 }
 

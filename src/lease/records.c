@@ -65,8 +65,7 @@ int gm__lease_alive(const struct gm__dir *d, uint64_t lease,
 	return unknown ? -1 : 0;
 }
 
-int gm__read_record(int dirfd, const char *name, char *buf, size_t len,
-		    uid_t *owner)
+int gm__read_record(int dirfd, const char *name, char **text, uid_t *owner)
 {
 	/* O_NONBLOCK and a type check: anyone can put a FIFO (or worse)
 	 * under a record's name in the shared directory, and a plain open of
@@ -75,18 +74,28 @@ int gm__read_record(int dirfd, const char *name, char *buf, size_t len,
 			O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK), rc = 0;
 	struct stat st;
 	ssize_t n;
+	char *buf;
 
+	*text = NULL;
 	if (fd < 0)
 		return -errno;
 	if (gm__fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
 		close(fd);
 		return -EINVAL;
 	}
-	n = read(fd, buf, len - 1);
-	if (n < 0)
+	buf = malloc(GM_RECORD_MAX);
+	if (!buf) {
+		close(fd);
+		return -ENOMEM;
+	}
+	n = read(fd, buf, GM_RECORD_MAX - 1);
+	if (n < 0) {
 		rc = -errno;
-	else
+		free(buf);
+	} else {
 		buf[n] = '\0';
+		*text = buf;
+	}
 	close(fd);
 	if (owner)
 		*owner = st.st_uid;
@@ -100,7 +109,7 @@ int gm__read_record(int dirfd, const char *name, char *buf, size_t len,
  * linked, and starts over (lease.c, job_lock). */
 static void cleanup_one(const struct gm__dir *d, const char *name)
 {
-	char rec[GM_JOB_MAX + 48], tmp[GM_JOB_MAX + 48], buf[GM_RECORD_MAX];
+	char rec[GM_JOB_MAX + 48], tmp[GM_JOB_MAX + 48], *buf;
 	uint64_t lease;
 	int devices[GM_MAX_DEVICES], n = 0, rc;
 	int fd = gm__track(openat(d->job, name,
@@ -115,10 +124,12 @@ static void cleanup_one(const struct gm__dir *d, const char *name)
 	snprintf(tmp, sizeof tmp, "%s.lease.tmp", name);
 	/* Remove only what is known dead: no record, or a record whose
 	 * lease no device names any more. Any error keeps the job. */
-	rc = gm__read_record(d->job, rec, buf, sizeof buf, NULL);
+	rc = gm__read_record(d->job, rec, &buf, NULL);
 	if (rc == 0) {
-		if (gm__record_parse(buf, &lease, devices, &n) != 0 ||
-		    gm__lease_alive(d, lease, devices, n) != 0)
+		int keep = gm__record_parse(buf, &lease, devices, &n) != 0 ||
+			   gm__lease_alive(d, lease, devices, n) != 0;
+		free(buf);
+		if (keep)
 			goto out;
 	} else if (rc != -ENOENT) {
 		goto out;

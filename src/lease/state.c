@@ -130,14 +130,17 @@ static int read_leases(const struct gm__dir *d, struct gm_state *st)
 	while ((de = readdir(dir)) != NULL) {
 		const char *nm = de->d_name;
 		size_t len = strlen(nm);
-		char buf[GM_RECORD_MAX];
+		char *buf;
 		struct gm_state_lease l;
+		int bad;
 
 		if (len <= 6 || strcmp(nm + len - 6, ".lease") != 0)
 			continue;
-		if (gm__read_record(d->job, nm, buf, sizeof buf, NULL) != 0)
+		if (gm__read_record(d->job, nm, &buf, NULL) != 0)
 			continue;
-		if (parse_lease(buf, &l) ||
+		bad = parse_lease(buf, &l);
+		free(buf);
+		if (bad ||
 		    gm__lease_alive(d, l.lease_id, l.devices, l.ndevices) != 1)
 			continue;
 		if (st->nleases == cap) {

@@ -50,20 +50,30 @@ static __attribute__((tls_model("initial-exec"))) _Thread_local int gate_in;
 static char env_cvd[GM_MAX_DEVICES * 4];
 static char env_job[GM_JOB_MAX + 1];
 
+/* Longest message line, and the one used when there is no memory for it. */
+#define SAY_MAX 2048
+#define SAY_SMALL 256
+
 void gmp_say(const char *fmt, ...)
 {
-	char line[2048];
+	/* The line is on the heap: cuInit may run on a thread with a 16 KiB
+	 * stack (Go, some JVMs and thread pools make such threads), and
+	 * gmp_say is called from several threads without a lock. Without
+	 * memory, a shorter line on the stack. */
+	char small[SAY_SMALL];
+	char *heap = malloc(SAY_MAX), *line = heap ? heap : small;
+	size_t cap = heap ? SAY_MAX : SAY_SMALL;
 	int saved = errno, n;
 	size_t len;
 	va_list ap;
 
 	memcpy(line, "gpumutex: ", 10);
 	va_start(ap, fmt);
-	n = vsnprintf(line + 10, sizeof line - 11, fmt, ap);
+	n = vsnprintf(line + 10, cap - 11, fmt, ap);
 	va_end(ap);
 	if (n < 0)
 		n = 0;
-	len = 10 + ((size_t)n < sizeof line - 12 ? (size_t)n : sizeof line - 12);
+	len = 10 + ((size_t)n < cap - 12 ? (size_t)n : cap - 12);
 	line[len++] = '\n';
 	/* One write: lines from processes that share the terminal do not
 	 * interleave mid-line. SIGPIPE is blocked around it: a process whose
@@ -91,6 +101,7 @@ void gmp_say(const char *fmt, ...)
 		}
 		sigprocmask(SIG_SETMASK, &old, NULL);
 	}
+	free(heap);
 	errno = saved;
 }
 
@@ -157,6 +168,17 @@ static void cmd_format(char *buf, size_t len, const char *cmd)
 }
 
 /*
+ * on_wait's buffers: static, not on the stack (cuInit may run on a thread
+ * with a 16 KiB stack). on_wait runs only inside gate_run, which holds
+ * gate_lock, so one thread at a time uses them.
+ */
+static struct {
+	char line[1400], list[GM_MAX_DEVICES * 4], devs[GM_MAX_DEVICES * 4];
+	char err[GM_ERR_MAX], cmd[64], dur[32];
+	struct gm_state st;
+} wb;
+
+/*
  * gm_acquire_hooks.on_wait: called once, when this process first has to
  * wait. Says in one line what it waits for, its place, and who holds the
  * GPUs, from a lock-free snapshot of the lock directory.
@@ -164,29 +186,27 @@ static void cmd_format(char *buf, size_t len, const char *cmd)
 static void on_wait(void *arg, const struct gm_wait_info *w)
 {
 	const struct gm_config *cfg = ((struct wait_ctx *)arg)->cfg;
-	char line[1400], list[GM_MAX_DEVICES * 4], err[GM_ERR_MAX];
-	size_t off = 0;
-	struct gm_state st;
+	char *line = wb.line;
+	size_t off = 0, len = sizeof wb.line;
+	struct gm_state *st = &wb.st;
 	int holders = 0;
 
 	if (cfg->quiet)
 		return;
-	list_format(list, sizeof list, cfg->devices, cfg->ndevices);
-	append(line, sizeof line, &off,
+	list_format(wb.list, sizeof wb.list, cfg->devices, cfg->ndevices);
+	append(line, len, &off,
 	       "pid %d waits for %d GPU%s of %s (job %s, ", (int)getpid(),
-	       cfg->want, cfg->want == 1 ? "" : "s", list, cfg->job);
+	       cfg->want, cfg->want == 1 ? "" : "s", wb.list, cfg->job);
 	if (w->job_busy)
-		append(line, sizeof line, &off,
+		append(line, len, &off,
 		       "another process of this job is taking the lease)");
 	else if (w->head)
-		append(line, sizeof line, &off, "next in line)");
+		append(line, len, &off, "next in line)");
 	else
-		append(line, sizeof line, &off, "place %d in line)",
-		       w->ahead + 1);
-	if (gm_state_read(cfg->lock_dir, &st, err, sizeof err) == 0) {
-		for (int i = 0; i < st.nleases && off < sizeof line - 200; i++) {
-			const struct gm_state_lease *l = &st.leases[i];
-			char devs[GM_MAX_DEVICES * 4], cmd[64], dur[32];
+		append(line, len, &off, "place %d in line)", w->ahead + 1);
+	if (gm_state_read(cfg->lock_dir, st, wb.err, sizeof wb.err) == 0) {
+		for (int i = 0; i < st->nleases && off < len - 200; i++) {
+			const struct gm_state_lease *l = &st->leases[i];
 			int hit = 0;
 
 			for (int a = 0; a < l->ndevices; a++)
@@ -194,21 +214,23 @@ static void on_wait(void *arg, const struct gm_wait_info *w)
 					hit |= l->devices[a] == cfg->devices[b];
 			if (!hit || strcmp(l->job, cfg->job) == 0)
 				continue;
-			list_format(devs, sizeof devs, l->devices, l->ndevices);
-			cmd_format(cmd, sizeof cmd, l->cmd);
-			duration_format(dur, sizeof dur, st.now_ns - l->start_ns);
-			append(line, sizeof line, &off,
+			list_format(wb.devs, sizeof wb.devs, l->devices,
+				    l->ndevices);
+			cmd_format(wb.cmd, sizeof wb.cmd, l->cmd);
+			duration_format(wb.dur, sizeof wb.dur,
+					st->now_ns - l->start_ns);
+			append(line, len, &off,
 			       "; GPU%s %s held by job %s (pid %d%s, '%s', for %s)",
 			       l->ndevices == 1 ? "" : "s",
-			       devs, l->job, l->npids ? (int)l->pids[0] : 0,
-			       l->npids > 1 ? " and others" : "", cmd, dur);
+			       wb.devs, l->job, l->npids ? (int)l->pids[0] : 0,
+			       l->npids > 1 ? " and others" : "", wb.cmd, wb.dur);
 			holders++;
 		}
-		gm_state_free(&st);
+		gm_state_free(st);
 	}
 	if (!holders)
-		append(line, sizeof line, &off, "; GPUs %s are busy", list);
-	append(line, sizeof line, &off, "; GPUMUTEX_QUIET=1 hides this line");
+		append(line, len, &off, "; GPUs %s are busy", wb.list);
+	append(line, len, &off, "; GPUMUTEX_QUIET=1 hides this line");
 	gmp_say("%s", line);
 }
 
@@ -345,10 +367,13 @@ __attribute__((constructor)) static void atfork_register(void)
  */
 static int gate_run(int *py)
 {
-	struct gm_config cfg;
+	/* Static, not on the stack (4.6 KiB; cuInit may run on a thread with
+	 * a 16 KiB stack): gate_run runs under gate_lock, one thread at a
+	 * time. */
+	static struct gm_config cfg;
+	static char err[GM_ERR_MAX];
 	struct gm_acquire_hooks hooks;
 	struct wait_ctx ctx;
-	char err[GM_ERR_MAX];
 	const char *cvd;
 	int rc;
 

@@ -19,7 +19,7 @@ PRELOAD_SAVED_GOAL := $(.DEFAULT_GOAL)
 PRELOAD_SRC     := $(wildcard src/preload/*.c)
 PRELOAD_HDR     := $(wildcard src/preload/*.h)
 PRELOAD_OBJ     := $(patsubst src/%.c,$(B)/obj/%.o,$(PRELOAD_SRC))
-PRELOAD_CFLAGS   = $(WARN) $(CFLAGS) -fPIC -fvisibility=hidden -Isrc/lease
+PRELOAD_CFLAGS   = $(WARN) $(FRAME_WARN) $(CFLAGS) -fPIC -fvisibility=hidden -Isrc/lease
 PRELOAD_LDFLAGS := -shared -Wl,-soname,libgpumutex.so \
                    -Wl,--version-script=src/preload/exports.map -Wl,-z,defs
 # libdl.so.2 holds dlopen & co. before glibc 2.34 and is an empty stub
@@ -67,7 +67,7 @@ PRELOAD_TESTS := $(PRELOAD_T)/cuprobe $(PRELOAD_T)/culinked \
                  $(PRELOAD_T)/nextprobe $(PRELOAD_T)/cunames \
                  $(PRELOAD_T)/libgilhold.so $(PRELOAD_T)/vcuda/libcuda.so.1 \
                  $(PRELOAD_T)/nogpa/libcuda.so.1 $(PRELOAD_T)/decline \
-                 $(PRELOAD_T)/hello-static
+                 $(PRELOAD_T)/hello-static $(PRELOAD_T)/smallstack
 
 preload-tests: $(PRELOAD_TESTS)
 
@@ -91,6 +91,13 @@ $(PRELOAD_T)/culinked: $(PRELOAD_TSRC)/culinked.c $(PRELOAD_FAKE)/libcuda.so
 	@mkdir -p $(@D)
 	$(PRELOAD_TCC) -o $@ $< -L$(PRELOAD_FAKE) -lcuda \
 	    -Wl,-rpath,'$$ORIGIN/../fakecuda'
+
+# cuInit from a thread with a 16 KiB stack (through dlsym, and as bound by
+# the dynamic linker).
+$(PRELOAD_T)/smallstack: $(PRELOAD_TSRC)/smallstack.c $(PRELOAD_FAKE)/libcuda.so
+	@mkdir -p $(@D)
+	$(PRELOAD_TCC) -o $@ $< -L$(PRELOAD_FAKE) -lcuda \
+	    -Wl,-rpath,'$$ORIGIN/../fakecuda' -ldl -lpthread
 
 $(PRELOAD_T)/libnextshim.so: $(PRELOAD_TSRC)/nextshim.c
 	@mkdir -p $(@D)
