@@ -220,6 +220,91 @@ def test_cuinit_on_a_16k_thread_stack(env, case, path):
         J.check_exclusive(J.parse(env["FAKECUDA_JOURNAL"]))
 
 
+def nsprobe(e, mode):
+    r = subprocess.run([str(T / "nsprobe"), mode], env=e, capture_output=True,
+                       text=True, timeout=TIMEOUT)
+    assert r.returncode == 0, r.stderr
+    return r, kv(r.stdout)
+
+
+@pytest.mark.parametrize("mode", ["newlm-driver", "newlm-origin",
+                                  "newlm-dependent", "existing-driver",
+                                  "base-first"])
+def test_dlmopen_of_the_driver_outside_the_main_namespace_is_refused(env,
+                                                                     mode):
+    """Found in review: dlmopen(LM_ID_NEWLM, "libcuda.so.1") and dlsym(h,
+    "cuInit") got the real cuInit of a second copy of the driver in a new
+    link-map namespace, where LD_PRELOAD libraries are not loaded: no
+    lease, no CUDA_VISIBLE_DEVICES, and the process used the GPU another
+    job held, silently. The same through a library linked with -lcuda
+    (its own PLT), into a namespace made by an earlier dlmopen, by
+    $ORIGIN, and with the driver already loaded in the main namespace (the
+    new namespace gets its own copy all the same). Now dlmopen outside the
+    main namespace is refused when the namespace holds the driver: NULL,
+    one gpumutex: line, dlerror() says why, and the fake driver's journal
+    shows only the holder ever initialised it."""
+    e = dict(env, LD_PRELOAD=str(LIB), GPUMUTEX_VISIBLE_DEVICES="0")
+    holder = hold_gpu0(e)
+    try:
+        r, out = nsprobe(e, mode)
+    finally:
+        holder.stdin.close()
+        holder.wait(TIMEOUT)
+    assert out.get("handle") == "null", (
+        f"dlmopen gave a handle; cuInit through it returned {out.get('rc')} "
+        f"while another job held the GPU: {r.stdout}{r.stderr}")
+    assert "gpumutex refused" in out["dlerror"], out
+    said = [l for l in r.stderr.splitlines() if l.startswith("gpumutex: ")]
+    assert len(said) == 1 and "refused dlmopen(" in said[0] and \
+        "NVIDIA driver" in said[0], r.stderr
+    assert {ev["pid"] for ev in inits(env)} == {str(holder.pid)}, inits(env)
+    J.check_exclusive(J.parse(env["FAKECUDA_JOURNAL"]))
+
+
+def test_dlmopen_of_an_unrelated_library_into_a_new_namespace_works(env):
+    """Configured, dlmopen(LM_ID_NEWLM) of a library that has nothing to do
+    with CUDA is made as before, and found as glibc finds it for the caller:
+    libnexttwo.so is only on nsprobe's RUNPATH ($ORIGIN), which glibc would
+    not search for a dlmopen made from libgpumutex.so itself."""
+    e = dict(env, LD_PRELOAD=str(LIB))
+    r, out = nsprobe(e, "newlm-other")
+    assert out == {"handle": "ok", "dlerror": "(null)", "shared_fn": "2"}, \
+        r.stdout + r.stderr
+    assert r.stderr == ""
+
+
+def test_dlmopen_of_the_driver_when_not_configured_passes_through(env):
+    e = dict(env, LD_PRELOAD=str(LIB))
+    del e["GPUMUTEX_VISIBLE_DEVICES"]
+    r, out = nsprobe(e, "newlm-driver")
+    assert out.get("handle") == "ok" and out.get("rc") == "0", r.stdout
+    assert r.stderr == ""
+
+
+def test_dlmopen_into_the_main_namespace_queues(env):
+    """dlmopen(LM_ID_BASE, "libcuda.so.1") is dlopen: its cuInit goes
+    through the gate and waits for the holder, as before."""
+    e = dict(env, LD_PRELOAD=str(LIB), GPUMUTEX_VISIBLE_DEVICES="0")
+    holder = hold_gpu0(e)
+    try:
+        p = subprocess.Popen([str(T / "nsprobe"), "base"], env=e,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True)
+        waiting = p.stderr.readline()
+        holder.stdin.close()
+        assert holder.wait(TIMEOUT) == 0
+        out, err = p.communicate(timeout=TIMEOUT)
+    finally:
+        holder.kill()
+        holder.wait()
+    assert p.returncode == 0, err
+    assert "waits for 1 GPU of 0" in waiting, waiting + err
+    assert kv(out) == {"handle": "ok", "dlerror": "(null)", "rc": "0"}, out
+    mine = [ev for ev in inits(env) if ev["pid"] == str(p.pid)]
+    assert len(mine) == 1 and mine[0]["cvd"] == "0", inits(env)
+    J.check_exclusive(J.parse(env["FAKECUDA_JOURNAL"]))
+
+
 # ---- Stress tests (pass) ----------------------------------------------------
 
 def test_many_threads_race_every_lookup_path_in_several_processes(env,

@@ -21,11 +21,13 @@ __asm__(".symver dlopen,dlopen@GLIBC_2.2.5");
 __asm__(".symver dlclose,dlclose@GLIBC_2.2.5");
 __asm__(".symver dlerror,dlerror@GLIBC_2.2.5");
 __asm__(".symver dladdr1,dladdr1@GLIBC_2.3.3");
+__asm__(".symver dlinfo,dlinfo@GLIBC_2.3.3");
 #elif defined(__aarch64__)
 __asm__(".symver dlopen,dlopen@GLIBC_2.17");
 __asm__(".symver dlclose,dlclose@GLIBC_2.17");
 __asm__(".symver dlerror,dlerror@GLIBC_2.17");
 __asm__(".symver dladdr1,dladdr1@GLIBC_2.17");
+__asm__(".symver dlinfo,dlinfo@GLIBC_2.17");
 #endif
 #endif
 

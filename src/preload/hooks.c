@@ -9,6 +9,10 @@
  *   dlsym, dlvsym        the real one; for cuInit/cuGetProcAddress* only,
  *                        the answer swapped for ours when it is the
  *                        driver's.
+ *   dlmopen              the real one; outside the main link-map namespace
+ *                        (when configured), refused if the namespace it
+ *                        loaded into holds the driver, which our hooks
+ *                        could not reach there.
  *
  * Which answers are swapped is decided by the pointer the real lookup
  * returned, never by the name alone: the result must be the real
@@ -30,6 +34,7 @@
 #include <string.h>
 
 #include "gate.h"
+#include "namespace.h"
 #include "resolve.h"
 
 #define GMP_EXPORT __attribute__((visibility("default")))
@@ -329,6 +334,47 @@ struct gmp_answer gmp_dlvsym_decide(void *handle, const char *name,
 	return decide(handle, name, version, caller);
 }
 
+/* ------------------------------------------------------------------------
+ * dlmopen (lmid, file, mode)
+ *   A library loaded into a link-map namespace other than the main one
+ *   gets its own copy of the driver (even when the main namespace has one
+ *   loaded already), and LD_PRELOAD libraries are not loaded there: its
+ *   cuInit calls go to that copy by its own PLT, and none of our hooks
+ *   sees them.
+ *   - lmid LM_ID_BASE, file NULL, or not configured: the real dlmopen,
+ *     entered by a tail jump as for dlsym (glibc expands $ORIGIN and
+ *     searches RPATH/RUNPATH relative to the caller it finds from the
+ *     return address).
+ *   - Otherwise (LM_ID_NEWLM, or a namespace made by an earlier dlmopen):
+ *     the real dlmopen on the caller's behalf (gmp_ns_dlmopen, which
+ *     resolves the name for the caller first), then the namespace it
+ *     loaded into is inspected: if it holds the driver (libcuda.so*,
+ *     loaded by this call or before, named or as a dependency), the
+ *     handle is closed and NULL returned, with a gpumutex: line on stderr
+ *     and dlerror() saying why; else the real result, unchanged.
+ *   - Real dlmopen missing (not glibc): NULL.
+ *   - Constructors of the loaded objects run before the check; code in
+ *     an allowed namespace that dlopens the driver itself later is not
+ *     seen (docs/design.md lists what remains open).
+ * ------------------------------------------------------------------------ */
+GMP_HIDDEN __attribute__((used)) struct gmp_answer
+gmp_dlmopen_decide(long lmid, const char *file, int mode, void *caller);
+
+struct gmp_answer gmp_dlmopen_decide(long lmid, const char *file, int mode,
+				     void *caller)
+{
+	struct gmp_answer a = { NULL, NULL };
+	int saved = errno;
+
+	if (gmp_ns_passes(lmid, file)) {
+		a.tail = (void *)gmp_real_dlmopen();
+		errno = saved;
+		return a; /* no real function: NULL */
+	}
+	a.value = gmp_ns_dlmopen(lmid, file, mode, caller);
+	return a;
+}
+
 #if defined(__x86_64__)
 /*
  * The entry points, in assembly because C cannot promise a tail call
@@ -395,7 +441,35 @@ __asm__(
 	"	ret\n"
 	"1:	jmpq *%r11\n"
 	"	.cfi_endproc\n"
-	".size dlvsym, .-dlvsym\n");
+	".size dlvsym, .-dlvsym\n"
+	"\n"
+	".globl dlmopen\n"
+	".type dlmopen, @function\n"
+	".p2align 4\n"
+	"dlmopen:\n"
+	"	.cfi_startproc\n"
+	"	.byte 0xf3, 0x0f, 0x1e, 0xfa\n"
+	"	pushq %rdi\n"
+	"	.cfi_adjust_cfa_offset 8\n"
+	"	pushq %rsi\n"
+	"	.cfi_adjust_cfa_offset 8\n"
+	"	pushq %rdx\n"
+	"	.cfi_adjust_cfa_offset 8\n"
+	"	movq 24(%rsp), %rcx\n"
+	"	call gmp_dlmopen_decide@PLT\n"
+	"	movq %rdx, %r11\n"
+	"	popq %rdx\n"
+	"	.cfi_adjust_cfa_offset -8\n"
+	"	popq %rsi\n"
+	"	.cfi_adjust_cfa_offset -8\n"
+	"	popq %rdi\n"
+	"	.cfi_adjust_cfa_offset -8\n"
+	"	testq %r11, %r11\n"
+	"	jnz 1f\n"
+	"	ret\n"
+	"1:	jmpq *%r11\n"
+	"	.cfi_endproc\n"
+	".size dlmopen, .-dlmopen\n");
 #else
 /*
  * Other architectures: plain C entry points. The real function is called
@@ -425,5 +499,15 @@ GMP_EXPORT void *dlvsym(void *handle, const char *name, const char *version)
 	if (handle == RTLD_NEXT)
 		return gmp_lookup_next(caller, name, version, 0);
 	return ((gmp_dlvsym_fn)a.tail)(handle, name, version);
+}
+
+GMP_EXPORT void *dlmopen(Lmid_t lmid, const char *file, int mode)
+{
+	void *caller = __builtin_return_address(0);
+	struct gmp_answer a = gmp_dlmopen_decide(lmid, file, mode, caller);
+
+	if (!a.tail)
+		return a.value;
+	return ((gmp_dlmopen_fn)a.tail)(lmid, file, mode);
 }
 #endif

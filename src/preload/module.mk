@@ -67,7 +67,8 @@ PRELOAD_TESTS := $(PRELOAD_T)/cuprobe $(PRELOAD_T)/culinked \
                  $(PRELOAD_T)/nextprobe $(PRELOAD_T)/cunames \
                  $(PRELOAD_T)/libgilhold.so $(PRELOAD_T)/vcuda/libcuda.so.1 \
                  $(PRELOAD_T)/nogpa/libcuda.so.1 $(PRELOAD_T)/decline \
-                 $(PRELOAD_T)/hello-static $(PRELOAD_T)/smallstack
+                 $(PRELOAD_T)/hello-static $(PRELOAD_T)/smallstack \
+                 $(PRELOAD_T)/nsprobe $(PRELOAD_T)/libnsdep.so
 
 preload-tests: $(PRELOAD_TESTS)
 
@@ -98,6 +99,17 @@ $(PRELOAD_T)/smallstack: $(PRELOAD_TSRC)/smallstack.c $(PRELOAD_FAKE)/libcuda.so
 	@mkdir -p $(@D)
 	$(PRELOAD_TCC) -o $@ $< -L$(PRELOAD_FAKE) -lcuda \
 	    -Wl,-rpath,'$$ORIGIN/../fakecuda' -ldl -lpthread
+
+# dlmopen into new link-map namespaces. nsprobe finds libnsdep.so and
+# libnexttwo.so by its RUNPATH ($$ORIGIN); libnsdep.so is linked with -lcuda.
+$(PRELOAD_T)/nsprobe: $(PRELOAD_TSRC)/nsprobe.c $(PRELOAD_T)/libnsdep.so \
+                      $(PRELOAD_T)/libnexttwo.so
+	$(PRELOAD_TCC) -o $@ $< -Wl,--enable-new-dtags,-rpath,'$$ORIGIN' -ldl
+
+$(PRELOAD_T)/libnsdep.so: $(PRELOAD_TSRC)/nsdep.c $(PRELOAD_FAKE)/libcuda.so
+	@mkdir -p $(@D)
+	$(PRELOAD_TCC) -fPIC -shared -Wl,-soname,libnsdep.so -o $@ $< \
+	    -L$(PRELOAD_FAKE) -lcuda -Wl,-rpath,'$$ORIGIN/../fakecuda'
 
 $(PRELOAD_T)/libnextshim.so: $(PRELOAD_TSRC)/nextshim.c
 	@mkdir -p $(@D)

@@ -176,8 +176,8 @@ static void *dynsyms_lookup(const struct dynsyms *d, const char *name)
 /* ---- The real dlsym and dlvsym ------------------------------------------ */
 
 struct libc_search {
-	void *dlsym_libc, *dlvsym_libc;   /* from libc.so.6 */
-	void *dlsym_libdl, *dlvsym_libdl; /* from libdl.so.2 */
+	void *dlsym_libc, *dlvsym_libc, *dlmopen_libc;    /* from libc.so.6 */
+	void *dlsym_libdl, *dlvsym_libdl, *dlmopen_libdl; /* from libdl.so.2 */
 };
 
 static const char *base_name(const char *path)
@@ -210,9 +210,11 @@ static int find_libc_cb(struct dl_phdr_info *info, size_t size, void *arg)
 		if (libc) {
 			s->dlsym_libc = dynsyms_lookup(&d, "dlsym");
 			s->dlvsym_libc = dynsyms_lookup(&d, "dlvsym");
+			s->dlmopen_libc = dynsyms_lookup(&d, "dlmopen");
 		} else {
 			s->dlsym_libdl = dynsyms_lookup(&d, "dlsym");
 			s->dlvsym_libdl = dynsyms_lookup(&d, "dlvsym");
+			s->dlmopen_libdl = dynsyms_lookup(&d, "dlmopen");
 		}
 		break;
 	}
@@ -221,6 +223,7 @@ static int find_libc_cb(struct dl_phdr_info *info, size_t size, void *arg)
 
 static gmp_dlsym_fn real_dlsym_ptr;
 static gmp_dlvsym_fn real_dlvsym_ptr;
+static gmp_dlmopen_fn real_dlmopen_ptr;
 
 static void find_real(void)
 {
@@ -232,9 +235,11 @@ static void find_real(void)
 	/* glibc >= 2.34 has dlsym in libc.so.6 (libdl.so.2 is an empty
 	 * stub); before that only libdl.so.2 exports it. */
 	if (s.dlsym_libc && s.dlvsym_libc) {
+		STORE(real_dlmopen_ptr, (gmp_dlmopen_fn)s.dlmopen_libc);
 		STORE(real_dlvsym_ptr, (gmp_dlvsym_fn)s.dlvsym_libc);
 		STORE(real_dlsym_ptr, (gmp_dlsym_fn)s.dlsym_libc);
 	} else if (s.dlsym_libdl) {
+		STORE(real_dlmopen_ptr, (gmp_dlmopen_fn)s.dlmopen_libdl);
 		STORE(real_dlvsym_ptr, (gmp_dlvsym_fn)s.dlvsym_libdl);
 		STORE(real_dlsym_ptr, (gmp_dlsym_fn)s.dlsym_libdl);
 	}
@@ -258,6 +263,31 @@ gmp_dlvsym_fn gmp_real_dlvsym(void)
 		f = LOAD(real_dlvsym_ptr);
 	}
 	return f;
+}
+
+gmp_dlmopen_fn gmp_real_dlmopen(void)
+{
+	gmp_dlmopen_fn f = LOAD(real_dlmopen_ptr);
+	if (__builtin_expect(f == NULL, 0)) {
+		find_real();
+		f = LOAD(real_dlmopen_ptr);
+	}
+	return f;
+}
+
+const char *gmp_soname(const void *dynamic, uintptr_t base)
+{
+	const elf_dyn *dyn = dynamic;
+	const char *str = NULL;
+	uintptr_t off = UINTPTR_MAX;
+
+	for (; dyn && dyn->d_tag != DT_NULL; dyn++) {
+		if (dyn->d_tag == DT_STRTAB)
+			str = (const char *)dyn_ptr(base, dyn->d_un.d_ptr);
+		else if (dyn->d_tag == DT_SONAME)
+			off = (uintptr_t)dyn->d_un.d_val;
+	}
+	return str && off != UINTPTR_MAX ? str + off : NULL;
 }
 
 void *gmp_lookup(void *handle, const char *name, const char *version)

@@ -17,10 +17,18 @@ typedef void *(*gmp_dlsym_fn)(void *handle, const char *name);
 typedef void *(*gmp_dlvsym_fn)(void *handle, const char *name,
 			       const char *version);
 
-/* The real dlsym / dlvsym of the C library, or NULL if they cannot be
- * found (not glibc). Resolved on first use, then one atomic load. */
+typedef void *(*gmp_dlmopen_fn)(long lmid, const char *file, int mode);
+
+/* The real dlsym / dlvsym / dlmopen of the C library, or NULL if they
+ * cannot be found (not glibc). Resolved on first use, then one atomic
+ * load. */
 gmp_dlsym_fn gmp_real_dlsym(void);
 gmp_dlvsym_fn gmp_real_dlvsym(void);
+gmp_dlmopen_fn gmp_real_dlmopen(void);
+
+/* The DT_SONAME of a loaded object, from its dynamic section (a link
+ * map's l_ld) and load address (l_addr); NULL if it has none. */
+const char *gmp_soname(const void *dynamic, uintptr_t base);
 
 /* The real lookup, called from this library's frame. `version` NULL means
  * dlsym, otherwise dlvsym. Returns NULL (with dlerror set by libc) when the
