@@ -25,7 +25,7 @@ SAN_BINS  := $(B)/tests/lease-unit-san $(B)/tests/lease-holder-san
 CLI_SRC := src/cli/gpumutex.c src/cli/status.c src/cli/run.c
 CLI_HDR := $(wildcard src/cli/*.h)
 
-.PHONY: gate portability
+.PHONY: gate portability distro-check
 # The load gate (glibc floor, NEEDED, exports): docs/portability.md.
 gate: $(B)/libgpumutex.so
 	bash tools/gate.sh $(B)/libgpumutex.so src/preload/exports.list
@@ -34,6 +34,13 @@ gate: $(B)/libgpumutex.so
 # and Debian's package mirror the first time (the root is then cached).
 portability: $(B)/libgpumutex.so
 	bash tools/portability.sh
+
+# Build and test in a Debian trixie root (gcc 14, glibc 2.41) holding only
+# .ci/packages, check the glibc floor of what it built, load that library
+# on bullseye, and build it with bullseye's gcc 10: docs/portability.md.
+# Needs root, debootstrap and Debian's package mirror the first time.
+distro-check:
+	bash tools/distro-build.sh
 
 .PHONY: all check check-unit check-san check-py clean lint demo bench \
         sanitizer-tests
