@@ -54,6 +54,11 @@ def test_clean_library_passes(tmp_path):
 int cuGetProcAddress(void) { struct stat s; return fstat(0, &s); }
 """, "newer than GLIBC_2.17"),
     ("libm", ["-Wl,--no-as-needed", "-lm"], GOOD_C, "NEEDED libm.so.6"),
+    # On glibc < 2.38 this references strtol@GLIBC_2.2.5 and fails by
+    # name; on a newer host it references __isoc23_strtol@GLIBC_2.38.
+    ("c23", [], "#define _GNU_SOURCE\n#include <stdlib.h>\n" + GOOD_C + r"""
+long cuGetProcAddress(const char *s) { return strtol(s, 0, 10); }
+""", "strtol"),
 ])
 def test_bad_builds_fail(tmp_path, case, extra, source, message):
     if case == "newsym":
@@ -67,6 +72,8 @@ def test_bad_builds_fail(tmp_path, case, extra, source, message):
     r = gate(lib, tmp_path)
     assert r.returncode == 1, (r.stdout, r.stderr)
     assert message in r.stderr
+    # Every failure also says what to do about it.
+    assert "gate:   fix: " in r.stderr, r.stderr
 
 
 def test_extra_export_fails(tmp_path):

@@ -12,6 +12,11 @@
 #   - no RPATH or RUNPATH
 #   - an SONAME
 #   - defined dynamic symbols == EXPORTS_LIST (one name per line, # comments)
+#   - no call to a function that glibc >= 2.38 redirects to a GLIBC_2.38
+#     symbol under _GNU_SOURCE (strtol & co., sscanf & co.): the same source
+#     built on a newer host would not load on an older glibc
+#
+# Each failure says what is wrong and what to do about it.
 set -euo pipefail
 
 lib=${1:?usage: gate.sh LIBRARY EXPORTS_LIST}
@@ -19,8 +24,10 @@ list=${2:?usage: gate.sh LIBRARY EXPORTS_LIST}
 max_minor=17
 fail=0
 
+# bad WHAT FIX: one failure, and what to do about it.
 bad() {
-    echo "gate: FAIL: $lib: $*" >&2
+    echo "gate: FAIL: $lib: $1" >&2
+    echo "gate:   fix: $2" >&2
     fail=1
 }
 
@@ -33,14 +40,17 @@ needs=$(printf '%s\n' "$vers" | sed -n 's/.*Name: \([A-Za-z_]*[0-9][0-9.]*\|[A-Z
 while read -r v; do
     [ -n "$v" ] || continue
     case $v in
-    GLIBC_ABI_*) bad "references the marker $v (not known to older glibc)" ;;
-    GLIBCXX_* | CXXABI_*) bad "references the C++ runtime version $v" ;;
+    GLIBC_ABI_*) bad "references the marker $v (not known to older glibc)" \
+        "link without the marker (binutils' -z nomark-plt / an older linker), see docs/portability.md" ;;
+    GLIBCXX_* | CXXABI_*) bad "references the C++ runtime version $v" \
+        "the library must be plain C: remove the C++ object or -lstdc++ from its link" ;;
     GLIBC_2.*)
         minor=${v#GLIBC_2.}
         minor=${minor%%.*}
         if [ "$minor" -gt "$max_minor" ]; then
             syms=$(objdump -T "$lib" | awk -v v="$v" '$0 ~ "[ (]"v"[) ]" {print $NF}' | tr '\n' ' ')
-            bad "references $v, newer than GLIBC_2.$max_minor: ${syms:-?}"
+            bad "references $v, newer than GLIBC_2.$max_minor: ${syms:-?}" \
+                "avoid these functions or bind an older version (see src/preload/compat.h and docs/portability.md); __isoc23_* come from strtol/sscanf/atoi under _GNU_SOURCE: use gm_parse_uint (src/lease/num.c)"
         fi
         ;;
     esac
@@ -51,13 +61,14 @@ while read -r n; do
     [ -n "$n" ] || continue
     case $n in
     libc.so.6 | libdl.so.2 | libpthread.so.0) ;;
-    *) bad "NEEDED $n (only libc, libdl and libpthread are allowed)" ;;
+    *) bad "NEEDED $n (only libc, libdl and libpthread are allowed)" \
+        "drop -l${n%%.so*} from the link; anything else must be dlopen()ed at run time" ;;
     esac
 done < <(printf '%s\n' "$dyn" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p')
 
-printf '%s\n' "$dyn" | grep -q '(RPATH)' && bad "has an RPATH"
-printf '%s\n' "$dyn" | grep -q '(RUNPATH)' && bad "has a RUNPATH"
-printf '%s\n' "$dyn" | grep -q '(SONAME)' || bad "has no SONAME"
+printf '%s\n' "$dyn" | grep -q '(RPATH)' && bad "has an RPATH" "remove -Wl,-rpath from the link"
+printf '%s\n' "$dyn" | grep -q '(RUNPATH)' && bad "has a RUNPATH" "remove -Wl,-rpath from the link"
+printf '%s\n' "$dyn" | grep -q '(SONAME)' || bad "has no SONAME" "link with -Wl,-soname,$(basename "$lib")"
 
 # Exported (defined) dynamic symbols against the documented list.
 have=$(readelf --dyn-syms -W "$lib" |
@@ -66,8 +77,19 @@ have=$(readelf --dyn-syms -W "$lib" |
 want=$(sed 's/#.*//; s/[[:space:]]//g; /^$/d' "$list" | sort -u)
 extra=$(comm -23 <(printf '%s\n' "$have") <(printf '%s\n' "$want") | tr '\n' ' ')
 missing=$(comm -13 <(printf '%s\n' "$have") <(printf '%s\n' "$want") | tr '\n' ' ')
-[ -z "${extra// /}" ] || bad "exports undocumented symbols: $extra"
-[ -z "${missing// /}" ] || bad "does not export documented symbols: $missing"
+[ -z "${extra// /}" ] || bad "exports undocumented symbols: $extra" \
+    "build with -fvisibility=hidden and the version script, or document them in $list"
+[ -z "${missing// /}" ] || bad "does not export documented symbols: $missing" \
+    "define them, or remove them from $list"
+
+# Functions that glibc >= 2.38 redirects to __isoc23_* under _GNU_SOURCE
+# (or C2X): harmless in this artifact if it was built on an older host, but
+# the same source built on a newer one would need GLIBC_2.38.
+c23=$(objdump -T "$lib" | awk '$0 ~ /\*UND\*/ {print $NF}' |
+    grep -xE '(strto(l|ul|ll|ull|imax|umax)|wcsto(l|ul|ll|ull|imax|umax)|(v|f|vf|s|vs|sw|vsw|fw|vfw|w|vw)?scanf|ato(i|l|ll))' |
+    tr '\n' ' ' || true)
+[ -z "${c23// /}" ] || bad "calls $c23(redirected to __isoc23_*@GLIBC_2.38 by glibc >= 2.38 headers: a build on a newer host would not load on older glibc)" \
+    "parse numbers with gm_parse_uint / gm_scan_uint (src/lease/num.c) instead"
 
 if [ "$fail" -eq 0 ]; then
     echo "gate: ok: $lib (glibc <= 2.$max_minor, libc only, exports: $(printf '%s' "$want" | tr '\n' ' '))"

@@ -75,45 +75,56 @@ int gm_parse_devices(const char *name, const char *text, int *out, int *n,
 int gm_parse_want(const char *name, const char *text, int ndevices, int *out,
 		  char *err, size_t errlen)
 {
-	char *end = NULL;
-	long v;
+	uint64_t v;
+	int rc = gm_parse_uint(text, 10, UINT64_MAX, &v);
 
-	if (!text || !*text || *text == '-' || *text == '+' || *text == ' ')
-		goto bad;
-	errno = 0;
-	v = strtol(text, &end, 10);
-	if (errno || *end != '\0')
-		goto bad;
-	if (v < 1 || v > ndevices)
+	if (rc == -EINVAL)
+		return gm__fail(-EINVAL, err, errlen,
+				"%s=\"%s\" is not a number; expected how many GPUs one job needs, a decimal number from 1 to %d",
+				name, text ? text : "", ndevices);
+	if (rc || v < 1 || v > (uint64_t)ndevices)
 		return gm__fail(-EINVAL, err, errlen,
 				"%s=\"%s\" is out of range; a job can take from 1 to %d GPUs (the number of managed GPUs)",
 				name, text, ndevices);
 	*out = (int)v;
 	return 0;
-bad:
-	return gm__fail(-EINVAL, err, errlen,
-			"%s=\"%s\" is not a number; expected how many GPUs one job needs, from 1 to %d",
-			name, text ? text : "", ndevices);
 }
 
 int gm_parse_timeout(const char *name, const char *text, double *out,
 		     char *err, size_t errlen)
 {
-	char *end = NULL;
-	double v;
+	/* Digits with an optional fraction and nothing else: strtod would
+	 * also take "inf", "nan", "1e3", hex and leading blanks. */
+	uint64_t whole = 0, frac = 0;
+	const char *p = text, *end = text;
+	double scale = 1;
+	int rc = 0;
 
-	/* strtod would also take "inf", "nan", hex and leading blanks. */
-	if (!text || !*text || strspn(text, "0123456789.") != strlen(text))
-		goto bad;
-	v = strtod(text, &end);
-	if (*end != '\0' || v < 0 || v > 1e9)
-		goto bad;
-	*out = v;
+	if (!p)
+		rc = -EINVAL;
+	else if (*p != '.')
+		rc = gm_scan_uint(p, 10, GM_TIMEOUT_MAX, &whole, &end);
+	if (rc == 0 && *end == '.') {
+		/* "5." and ".5" are numbers, "." is not. 18 digits keep the
+		 * fraction exact; finer ones mean nothing for a timeout. */
+		p = end + 1;
+		if (gm_scan_uint(p, 10, UINT64_MAX, &frac, &end) == -ERANGE ||
+		    end - p > 18 || (end == p && p - 1 == text))
+			rc = -EINVAL;
+		for (const char *q = p; q < end; q++)
+			scale *= 10;
+	}
+	if (rc == -ERANGE || (rc == 0 && *end == '\0' &&
+			      whole == GM_TIMEOUT_MAX && frac))
+		return gm__fail(-EINVAL, err, errlen,
+				"%s=\"%s\" is out of range; expected seconds from 0 to %d",
+				name, text, GM_TIMEOUT_MAX);
+	if (rc || *end != '\0')
+		return gm__fail(-EINVAL, err, errlen,
+				"%s=\"%s\" is not a duration; expected seconds from 0 to %d as a plain decimal number such as \"30\" or \"0.5\" (no sign, exponent or \"inf\")",
+				name, text ? text : "", GM_TIMEOUT_MAX);
+	*out = (double)whole + (double)frac / scale;
 	return 0;
-bad:
-	return gm__fail(-EINVAL, err, errlen,
-			"%s=\"%s\" is not a duration; expected seconds as a non-negative number such as \"30\" or \"0.5\"",
-			name, text ? text : "");
 }
 
 int gm_job_check(const char *name, const char *text, char *err,
@@ -247,11 +258,10 @@ int gm_config_from_env(struct gm_config *cfg, char *err, size_t errlen)
 
 	v = env("GPUMUTEX_RECHECK_MS");
 	if (v) {
-		char *end = NULL;
-		long ms = strtol(v, &end, 10);
-		if (!*v || *end || ms < 0 || ms > 86400000)
+		uint64_t ms;
+		if (gm_parse_uint(v, 10, 86400000, &ms))
 			return gm__fail(-EINVAL, err, errlen,
-					"GPUMUTEX_RECHECK_MS=\"%s\" is not valid; expected milliseconds from 0 (never) to 86400000",
+					"GPUMUTEX_RECHECK_MS=\"%s\" is not valid; expected milliseconds as a decimal number from 0 (never) to 86400000",
 					v);
 		cfg->recheck_ms = (int)ms;
 	}

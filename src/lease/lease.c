@@ -353,21 +353,29 @@ int gm__ticket_parse(const char *name, uint64_t *seq, unsigned *uid,
 		     int *pid, int *want, uint64_t *mask, char *job,
 		     size_t joblen)
 {
-	unsigned long long s, m;
-	unsigned u;
-	int p, w, used = 0;
+	/* Field by field: each is digits only, followed by its dot. The two
+	 * hex fields are exactly 16 digits wide. */
+	static const struct { int base; uint64_t max; int width; } f[5] = {
+		{ 16, UINT64_MAX, 16 }, { 10, UINT32_MAX, 0 },
+		{ 10, INT32_MAX, 0 }, { 10, INT32_MAX, 0 },
+		{ 16, UINT64_MAX, 16 },
+	};
+	uint64_t v[5];
+	const char *p = name, *end;
 
-	if (strlen(name) < 16 + 10 ||
-	    sscanf(name, "%16llx.%u.%d.%d.%16llx.%n", &s, &u, &p, &w, &m,
-		   &used) != 5 || used == 0 || name[16] != '.')
-		return -EINVAL;
-	*seq = s;
-	*uid = u;
-	*pid = p;
-	*want = w;
-	*mask = m;
+	for (int i = 0; i < 5; i++) {
+		if (gm_scan_uint(p, f[i].base, f[i].max, &v[i], &end) ||
+		    *end != '.' || (f[i].width && end - p != f[i].width))
+			return -EINVAL;
+		p = end + 1;
+	}
+	*seq = v[0];
+	*uid = (unsigned)v[1];
+	*pid = (int)v[2];
+	*want = (int)v[3];
+	*mask = v[4];
 	if (job)
-		snprintf(job, joblen, "%s", name + used);
+		snprintf(job, joblen, "%s", p);
 	return 0;
 }
 
@@ -425,7 +433,9 @@ static int take_ticket(struct acq *a)
 	n = pread(cfd, buf, sizeof buf - 1, 0);
 	if (n > 0) {
 		buf[n] = '\0';
-		seq = strtoull(buf, NULL, 16);
+		/* A damaged value reads as huge and is refused below. */
+		if (gm_scan_uint(buf, 16, UINT64_MAX, &seq, NULL) == -ERANGE)
+			seq = UINT64_MAX;
 		if (seq == 0)
 			seq = 1;
 	}

@@ -24,6 +24,7 @@
 #define GM_JOB_MAX 64          /* longest GPUMUTEX_JOB value */
 #define GM_CMD_MAX 256         /* command lines are cut to this */
 #define GM_ERR_MAX 512         /* a comfortable size for err buffers */
+#define GM_TIMEOUT_MAX 1000000000 /* longest GPUMUTEX_TIMEOUT, seconds */
 #define GM_DEFAULT_LOCK_DIR "/tmp/libgpumutex"
 
 /* What one process asks for, from the environment or from a caller. */
@@ -51,13 +52,27 @@ struct gm_config {
 int gm_config_from_env(struct gm_config *cfg, char *err, size_t errlen);
 
 /*
+ * Unsigned numbers without the C library (see num.c for why): digits of
+ * `base` (10 or 16, either case) only: no blanks, sign or "0x".
+ * gm_scan_uint reads the longest run of digits at `s` and sets `*end` (if
+ *   given) to the first character after it; -EINVAL when there is no digit,
+ *   -ERANGE when the value exceeds `max`. `*out` is set only on success.
+ * gm_parse_uint: the same, but the whole of `s` must be the number
+ *   (-EINVAL otherwise).
+ */
+int gm_scan_uint(const char *s, int base, uint64_t max, uint64_t *out,
+		 const char **end);
+int gm_parse_uint(const char *s, int base, uint64_t max, uint64_t *out);
+
+/*
  * The parsers behind gm_config_from_env, exposed for the CLI and the tests.
  * Each returns 0 or -EINVAL with a message naming `name` (the variable or
  * flag the text came from) and the offending value.
  * gm_parse_devices: "0,2,3" -> {0,2,3}; rejects "", empty entries, signs,
  *   non-digits, values above 63 and duplicates.
  * gm_parse_want: a decimal integer from 1 to `ndevices`.
- * gm_parse_timeout: seconds as a non-negative decimal ("30", "0.5").
+ * gm_parse_timeout: seconds from 0 to GM_TIMEOUT_MAX as digits with an
+ *   optional fraction ("30", "0.5", ".5"); no sign, exponent or "inf".
  * gm_job_check: 1 to GM_JOB_MAX characters from [A-Za-z0-9_-] (it
  *   becomes part of file names).
  */

@@ -22,14 +22,14 @@ int gm__record_parse(const char *text, uint64_t *lease, int *devices,
 	const char *l = strstr(text, "\nlease="), *d = strstr(text, "\ndevices=");
 	char list[GM_MAX_DEVICES * 4];
 	size_t len;
-	char *end;
+	const char *end;
 
 	if (strncmp(text, "gpumutex-lease 1\n", 17) != 0 || !l || !d)
 		return -EINVAL;
-	*lease = strtoull(l + 7, &end, 16);
 	/* A lease id names byte GM_LEASE_OFF + id of a device file: keep it
 	 * clear of byte 0 and of off_t's limit, whatever the file says. */
-	if (end == l + 7 || *end != '\n' || *lease == 0 || *lease > GM_LEASE_MAX)
+	if (gm_scan_uint(l + 7, 16, GM_LEASE_MAX, lease, &end) || *end != '\n' ||
+	    *lease == 0)
 		return -EINVAL;
 	d += 9;
 	len = strcspn(d, "\n");

@@ -42,11 +42,10 @@ static void read_devices(const struct gm__dir *d, struct gm_state *st)
 	if (!dir)
 		return;
 	while ((de = readdir(dir)) != NULL && st->ndevices < GM_MAX_DEVICES) {
-		char *end;
-		long idx = strtol(de->d_name, &end, 10);
+		uint64_t idx;
 		int fd, who;
 
-		if (*end || end == de->d_name || idx < 0 || idx >= GM_MAX_DEVICES)
+		if (gm_parse_uint(de->d_name, 10, GM_MAX_DEVICES - 1, &idx))
 			continue;
 		fd = openat(d->dev, de->d_name,
 			    O_RDONLY | O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC);
@@ -91,22 +90,26 @@ static int parse_lease(const char *text, struct gm_state_lease *l)
 {
 	char v[GM_CMD_MAX];
 	const char *p = text;
+	uint64_t n;
 
 	memset(l, 0, sizeof *l);
 	if (gm__record_parse(text, &l->lease_id, l->devices, &l->ndevices))
 		return -EINVAL;
 	field(text, "job", l->job, sizeof l->job);
-	if (field(text, "uid", v, sizeof v))
-		l->uid = (uid_t)strtoul(v, NULL, 10);
-	if (field(text, "start", v, sizeof v))
-		l->start_ns = strtoll(v, NULL, 10);
+	if (field(text, "uid", v, sizeof v) &&
+	    gm_parse_uint(v, 10, UINT32_MAX, &n) == 0)
+		l->uid = (uid_t)n;
+	if (field(text, "start", v, sizeof v) &&
+	    gm_parse_uint(v, 10, INT64_MAX, &n) == 0)
+		l->start_ns = (int64_t)n;
 	field(text, "cmd", l->cmd, sizeof l->cmd);
 	while ((p = strstr(p, "\nmember=")) != NULL) {
-		pid_t pid;
+		pid_t pid = 0;
 		int dup = 0;
 
 		p += 8;
-		pid = (pid_t)strtol(p, NULL, 10);
+		if (gm_scan_uint(p, 10, INT32_MAX, &n, NULL) == 0)
+			pid = (pid_t)n;
 		for (int i = 0; i < l->npids; i++)
 			dup |= l->pids[i] == pid;
 		if (!dup && pid > 0 &&

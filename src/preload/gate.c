@@ -271,8 +271,8 @@ static int narrow(struct gm_config *cfg, const char *cvd, char *err,
 			return -EINVAL;
 		}
 		{
-			int v = atoi(p);
-			if (v < GM_MAX_DEVICES)
+			uint64_t v;
+			if (gm_scan_uint(p, 10, GM_MAX_DEVICES - 1, &v, NULL) == 0)
 				listed |= UINT64_C(1) << v;
 		}
 		any = 1;

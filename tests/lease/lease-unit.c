@@ -117,7 +117,9 @@ static void test_parse_want(void)
 	int w = 0;
 	char err[GM_ERR_MAX];
 	static const char *const bad[] = { "0", "-1", "abc", "5", "", "1.0",
-					   " 1", "+1", "1x", "99999999999" };
+					   " 1", "+1", "1x", "99999999999",
+					   "\t1", "\n1", "1\n", "0x1",
+					   "99999999999999999999999" };
 
 	CHECK_INT(gm_parse_want("N", "1", 4, &w, err, sizeof err), 0);
 	CHECK_INT(w, 1);
@@ -138,7 +140,9 @@ static void test_parse_timeout(void)
 	double t = -5;
 	char err[GM_ERR_MAX];
 	static const char *const bad[] = { "", "-1", "abc", "inf", "nan", "1e3",
-					   "0x10", " 1", "1s", "." };
+					   "0x10", " 1", "1s", ".", "+1", "1.2.3",
+					   "\t1", "1 ", "1000000001", "-0",
+					   "99999999999999999999999", "1.5e2" };
 
 	CHECK_INT(gm_parse_timeout("T", "0", &t, err, sizeof err), 0);
 	CHECK(t == 0);
@@ -146,12 +150,55 @@ static void test_parse_timeout(void)
 	CHECK(t == 0.5);
 	CHECK_INT(gm_parse_timeout("T", "30", &t, err, sizeof err), 0);
 	CHECK(t == 30);
+	CHECK_INT(gm_parse_timeout("T", ".25", &t, err, sizeof err), 0);
+	CHECK(t == 0.25);
+	CHECK_INT(gm_parse_timeout("T", "5.", &t, err, sizeof err), 0);
+	CHECK(t == 5);
+	CHECK_INT(gm_parse_timeout("T", "1000000000", &t, err, sizeof err), 0);
+	CHECK(t == 1e9);
+	gm_parse_timeout("GPUMUTEX_TIMEOUT", "1e3", &t, err, sizeof err);
+	CHECK_HAS(err, "from 0 to 1000000000");
+	gm_parse_timeout("GPUMUTEX_TIMEOUT", "1000000001", &t, err, sizeof err);
+	CHECK_HAS(err, "out of range");
+	gm_parse_timeout("GPUMUTEX_TIMEOUT", "inf", &t, err, sizeof err);
+	CHECK_HAS(err, "from 0 to 1000000000");
 	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
 		err[0] = '\0';
 		CHECK_INT(gm_parse_timeout("GPUMUTEX_TIMEOUT", bad[i], &t, err,
 					   sizeof err), -EINVAL);
 		CHECK_HAS(err, "GPUMUTEX_TIMEOUT");
 	}
+}
+
+static void test_parse_uint(void)
+{
+	uint64_t v = 7;
+	const char *end = NULL;
+
+	CHECK_INT(gm_parse_uint("0", 10, 5, &v), 0);
+	CHECK(v == 0);
+	CHECK_INT(gm_parse_uint("18446744073709551615", 10, UINT64_MAX, &v), 0);
+	CHECK(v == UINT64_MAX);
+	CHECK_INT(gm_parse_uint("18446744073709551616", 10, UINT64_MAX, &v),
+		  -ERANGE);
+	CHECK_INT(gm_parse_uint("6", 10, 5, &v), -ERANGE);
+	CHECK_INT(gm_parse_uint("ffffffffffffffff", 16, UINT64_MAX, &v), 0);
+	CHECK(v == UINT64_MAX);
+	CHECK_INT(gm_parse_uint("DEADbeef", 16, UINT64_MAX, &v), 0);
+	CHECK(v == 0xdeadbeef);
+	v = 7;
+	static const char *const bad[] = { "", " 1", "+1", "-0", "1 ", "0x1",
+					   "\t1", "1\n", "a" };
+	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+		CHECK_INT(gm_parse_uint(bad[i], 10, UINT64_MAX, &v), -EINVAL);
+	CHECK_INT(gm_parse_uint(NULL, 10, UINT64_MAX, &v), -EINVAL);
+	CHECK_INT(gm_parse_uint("99999999999999999999x", 10, UINT64_MAX, &v),
+		  -EINVAL);
+	CHECK(v == 7);
+	CHECK_INT(gm_scan_uint("12.5", 10, 100, &v, &end), 0);
+	CHECK(v == 12 && *end == '.');
+	CHECK_INT(gm_scan_uint("x", 10, 100, &v, &end), -EINVAL);
+	CHECK_INT(gm_scan_uint("1", 8, 100, &v, &end), -EINVAL);
 }
 
 static void test_job(void)
@@ -218,6 +265,23 @@ static void test_config_env(void)
 	CHECK(c.timeout_s == 2.5);
 	CHECK(strcmp(c.job, "good-job") == 0);
 	CHECK(strcmp(c.lock_dir, "/x/y") == 0);
+	{
+		static const char *const bad[] = { " 5", "+5", "-0", "5 ", "",
+						   "86400001", "0x10", "1e3" };
+		for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+			setenv("GPUMUTEX_RECHECK_MS", bad[i], 1);
+			CHECK_INT(gm_config_from_env(&c, err, sizeof err),
+				  -EINVAL);
+			CHECK_HAS(err, "GPUMUTEX_RECHECK_MS");
+		}
+		setenv("GPUMUTEX_RECHECK_MS", "0", 1);
+		CHECK_INT(gm_config_from_env(&c, err, sizeof err), 0);
+		CHECK_INT(c.recheck_ms, 0);
+		setenv("GPUMUTEX_RECHECK_MS", "86400000", 1);
+		CHECK_INT(gm_config_from_env(&c, err, sizeof err), 0);
+		CHECK_INT(c.recheck_ms, 86400000);
+		unsetenv("GPUMUTEX_RECHECK_MS");
+	}
 	setenv("GPUMUTEX_VISIBLE_DEVICES", "0,,1", 1);
 	CHECK_INT(gm_config_from_env(&c, err, sizeof err), -EINVAL);
 	CHECK_HAS(err, "0,,1");
@@ -487,6 +551,7 @@ int main(void)
 		{ "parse_devices", test_parse_devices },
 		{ "parse_want", test_parse_want },
 		{ "parse_timeout", test_parse_timeout },
+		{ "parse_uint", test_parse_uint },
 		{ "job", test_job },
 		{ "config_env", test_config_env },
 		{ "lockdir_checks", test_lockdir_checks },
