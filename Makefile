@@ -14,6 +14,9 @@ SAN_FLAGS := -O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer \
 
 B := build
 
+# `make` builds everything (all, below), whatever rule comes first.
+.DEFAULT_GOAL := all
+
 LEASE_SRC := $(wildcard src/lease/*.c)
 LEASE_HDR := $(wildcard src/lease/*.h)
 LEASE_OBJ := $(patsubst src/%.c,$(B)/obj/%.o,$(LEASE_SRC))
