@@ -14,9 +14,6 @@ SAN_FLAGS := -O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer \
 
 B := build
 
-# `make` builds everything (all, below), whatever rule comes first.
-.DEFAULT_GOAL := all
-
 LEASE_SRC := $(wildcard src/lease/*.c)
 LEASE_HDR := $(wildcard src/lease/*.h)
 LEASE_OBJ := $(patsubst src/%.c,$(B)/obj/%.o,$(LEASE_SRC))
@@ -28,8 +25,17 @@ SAN_BINS  := $(B)/tests/lease-unit-san $(B)/tests/lease-holder-san
 CLI_SRC := src/cli/gpumutex.c src/cli/status.c src/cli/run.c
 CLI_HDR := $(wildcard src/cli/*.h)
 
+# `make`: everything a user runs (the library, gpumutex, gpumutex-run) and
+# the test programs. The library is gated as it is built (src/preload/module.mk).
+.DEFAULT_GOAL := all
+.PHONY: all
+all: $(B)/liblease.a $(TEST_BINS) $(B)/gpumutex $(B)/libgpumutex.so \
+     $(B)/gpumutex-run
+
 .PHONY: gate portability distro-check
-# The load gate (glibc floor, NEEDED, exports): docs/portability.md.
+# The load gate (glibc floor, NEEDED, exports): docs/portability.md. The
+# build already ran it on the way to build/libgpumutex.so; this target runs
+# it again, on the file as it is now.
 gate: $(B)/libgpumutex.so
 	bash tools/gate.sh $(B)/libgpumutex.so src/preload/exports.list
 
@@ -45,10 +51,8 @@ portability: $(B)/libgpumutex.so
 distro-check:
 	bash tools/distro-build.sh
 
-.PHONY: all check check-unit check-san check-py clean lint demo bench \
-        sanitizer-tests
-all: $(B)/liblease.a $(TEST_BINS) $(B)/gpumutex $(B)/libgpumutex.so \
-     $(B)/gpumutex-run
+.PHONY: check check-unit check-san check-py check-wheel clean lint demo \
+        bench sanitizer-tests
 
 $(B)/obj/%.o: src/%.c $(LEASE_HDR)
 	@mkdir -p $(dir $@)

@@ -12,6 +12,16 @@ BUILD = os.path.join(REPO, "build")
 sys.path.insert(0, os.path.join(REPO, "tests", "lib"))
 
 
+def pytest_report_header(config):
+    import jobs
+    closed = jobs.unreachable_dir()
+    if closed is None:
+        return "other-user tests: run the programs in build/ directly"
+    return (f"other-user tests: {closed} is closed to other users (no o+x), "
+            f"so they run copies of the programs in build/ from a "
+            f"world-readable directory under /tmp")
+
+
 @pytest.fixture(scope="session")
 def built():
     """Build the core and its test programs once per session."""

@@ -357,7 +357,8 @@ def test_other_users_cannot_steal_or_delete(built, shared_tmp):
     env = jobs.job_env(lockdir, journal, devices="0")
     a = jobs.start(HOLDER, env, ready=True, hold=True, user=4001)
     assert a.ready()
-    b = subprocess.run([HOLDER], env=dict(env, GPUMUTEX_TIMEOUT="0"),
+    b = subprocess.run([jobs.for_user(HOLDER, 4002)],
+                       env=dict(env, GPUMUTEX_TIMEOUT="0"),
                        preexec_fn=jobs.as_user(4002), capture_output=True,
                        text=True, timeout=60)
     assert b.returncode == 3, b.stderr

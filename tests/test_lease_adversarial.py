@@ -84,7 +84,8 @@ class Held:
         ready_r, ready_w = os.pipe()
         wait_r, self._wait_w = os.pipe()
         self.proc = subprocess.Popen(
-            [ADV, "lock", path, str(offset), kind, str(ready_w), str(wait_r)],
+            [jobs.for_user(ADV, user), "lock", path, str(offset), kind,
+             str(ready_w), str(wait_r)],
             pass_fds=[ready_w, wait_r],
             preexec_fn=jobs.as_user(user) if user else None)
         os.close(ready_w)
@@ -109,7 +110,8 @@ def record_lease(lockdir, uid, job):
 
 
 def run_as(user, argv):
-    subprocess.run(argv, preexec_fn=jobs.as_user(user), check=True)
+    subprocess.run([jobs.for_user(argv[0], user)] + list(argv[1:]),
+                   preexec_fn=jobs.as_user(user), check=True)
 
 
 def check_pairwise_order(events, masks):
@@ -208,7 +210,8 @@ def test_other_user_breaks_exclusion_of_two_honest_jobs(adv, shared_tmp,
         run_as(USER_B, ["/bin/sh", "-c", f"echo ffffffffffffffff > {seq}"])
         # A damaged counter fails every claim closed, with a message: no
         # lease (and no wrapped lease id) can come of it.
-        p = subprocess.run([HOLDER], env=dict(env, GPUMUTEX_JOB="train"),
+        p = subprocess.run([jobs.for_user(HOLDER, USER_A)],
+                           env=dict(env, GPUMUTEX_JOB="train"),
                            preexec_fn=jobs.as_user(USER_A),
                            capture_output=True, text=True, timeout=60)
         assert p.returncode == 4 and "queue/seq is damaged" in p.stderr

@@ -301,7 +301,7 @@ def test_checks_agree_with_gpumutex_run(native, clean_env):
 
     devices = ["0", "0,1,63", "007", "0000", "00000", "64", "0,", ",0", "",
                "1,1", "+1", " 1", "1 ", "0x1", "١"]
-    nums = ["1", "2", "3", "0", "-1", "+1", " 1", "\t1", "1.0", "", "01",
+    nums = ["1", "2", "3", "0", "-1", "+1", " 1", "\t1", "\n1", "1\n", "1.0", "", "01",
             "99999999999999999999"]
     timeouts = ["0", "30", "0.5", ".5", "5.", ".", "1.2.3", "-1", "1e3",
                 "inf", "nan", " 1", "1000000000", "1000000001", ""]
@@ -500,15 +500,24 @@ def test_contention_check_has_teeth(native, clean_env, tmp_path):
 
 # ---- pip install into a venv (slow: one install per session) --------------------
 
-def test_pip_install_into_venv(native, tmp_path_factory, clean_env):
+# The README's two ways: a plain venv and `pip install .` (build isolation:
+# the in-tree backend needs nothing from an index), and a venv that sees
+# the system's packages with --no-build-isolation. --no-index proves that
+# neither needs a package index, setuptools or wheel.
+@pytest.mark.parametrize("venv_args,pip_args", [
+    ([], []),
+    (["--system-site-packages"], ["--no-build-isolation"]),
+], ids=["isolated", "no-build-isolation"])
+def test_pip_install_into_venv(native, tmp_path_factory, clean_env,
+                               venv_args, pip_args):
     venv = str(tmp_path_factory.mktemp("venv") / "v")
     env = {k: v for k, v in clean_env.items()
            if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL", "PYTHONPATH")}
     env["PIP_DISABLE_PIP_VERSION_CHECK"] = "1"
-    subprocess.run(["/usr/bin/python3", "-m", "venv", "--system-site-packages",
-                    venv], check=True, env=env, timeout=300)
+    subprocess.run(["/usr/bin/python3", "-m", "venv", *venv_args, venv],
+                   check=True, env=env, timeout=300)
     r = subprocess.run([os.path.join(venv, "bin", "pip"), "install",
-                        "--no-build-isolation", "--no-index", REPO],
+                        *pip_args, "--no-index", REPO],
                        env=env, capture_output=True, text=True, cwd=venv,
                        timeout=600)
     assert r.returncode == 0, r.stdout + r.stderr

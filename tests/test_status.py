@@ -137,8 +137,9 @@ def test_status_works_for_another_user(built, tmp_path):
         holder = jobs.start(HOLDER, dict(env, GPUMUTEX_JOB="rootjob"),
                             ready=True, hold=True)
         assert holder.ready()
-        r = subprocess.run([GPUMUTEX, "status", "--json", "--lock-dir",
-                            lockdir], capture_output=True, text=True,
+        r = subprocess.run([jobs.for_user(GPUMUTEX, 4301), "status",
+                            "--json", "--lock-dir", lockdir],
+                           capture_output=True, text=True,
                            preexec_fn=jobs.as_user(4301), timeout=60)
         assert r.returncode == 0, r.stderr
         doc = json.loads(r.stdout)

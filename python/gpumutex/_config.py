@@ -39,9 +39,11 @@ T = TypeVar("T")
 Devices = Union[str, Iterable[int]]
 PathArg = Union[str, "os.PathLike[str]"]
 
+# What strtol() skips before a number (C isspace in the "C" locale).
+_C_SPACE = " \t\n\v\f\r"
 _DEVICE_ENTRY = re.compile(r"[0-9]{1,4}")           # gm_parse_devices
-_UINT = re.compile(r"[0-9]+")                        # gm_parse_uint
-_DECIMAL = re.compile(r"[0-9]+\.?[0-9]*|\.[0-9]+")   # gm_parse_timeout
+_UINT = re.compile(r"[0-9]+")                       # gm_parse_uint
+_DECIMAL = re.compile(r"[0-9]+\.?[0-9]{0,18}|\.[0-9]{1,18}")  # gm_parse_timeout
 
 
 def _is_int(value: object) -> bool:
@@ -89,7 +91,7 @@ def parse_num_devices(name: str, text: str, ndevices: int) -> int:
     if not _UINT.fullmatch(text):
         raise ValueError(
             f"{name}={text!r} is not a number; expected how many GPUs one "
-            f"job needs, from 1 to {ndevices}")
+            f"job needs, a decimal number from 1 to {ndevices}")
     value = int(text)
     if not 1 <= value <= ndevices:
         raise ValueError(
@@ -100,11 +102,15 @@ def parse_num_devices(name: str, text: str, ndevices: int) -> int:
 
 def parse_timeout(name: str, text: str) -> float:
     """Seconds as a non-negative decimal such as "30" or "0.5"."""
-    if not _DECIMAL.fullmatch(text) or float(text) > _TIMEOUT_MAX:
+    if not _DECIMAL.fullmatch(text):
         raise ValueError(
-            f"{name}={text!r} is not a duration; expected seconds as a "
-            f'non-negative number such as "30" or "0.5" (at most '
-            f"{_TIMEOUT_MAX:.0f})")
+            f"{name}={text!r} is not a duration; expected seconds from 0 to "
+            f"{_TIMEOUT_MAX:.0f} as a plain decimal number such as \"30\" or "
+            f'"0.5" (no sign, exponent or "inf")')
+    if float(text) > _TIMEOUT_MAX:
+        raise ValueError(
+            f"{name}={text!r} is out of range; expected seconds from 0 to "
+            f"{_TIMEOUT_MAX:.0f}")
     return float(text)
 
 
@@ -122,11 +128,11 @@ def check_recheck_ms(name: str, text: str) -> int:
     """Milliseconds from 0 (never) to 86400000, as the core reads them."""
     if _UINT.fullmatch(text):
         value = int(text)
-        if 0 <= value <= _RECHECK_MAX:
+        if value <= _RECHECK_MAX:
             return value
     raise ValueError(
-        f"{name}={text!r} is not valid; expected milliseconds from 0 (never) "
-        f"to {_RECHECK_MAX}")
+        f"{name}={text!r} is not valid; expected milliseconds as a decimal "
+        f"number from 0 (never) to {_RECHECK_MAX}")
 
 
 # ---- Keyword arguments -> variable text --------------------------------

@@ -6,7 +6,8 @@
 #
 # Targets:
 #   preload                    $(B)/libgpumutex.so and $(B)/gpumutex-run (phony)
-#   $(B)/libgpumutex.so        the preload library (SONAME libgpumutex.so)
+#   $(B)/libgpumutex.so        the preload library (SONAME libgpumutex.so),
+#                              copied there from $(B)/ungated/ once gated
 #   $(B)/gpumutex-run          the CLI
 #   preload-tests              C helpers of the tests, in $(B)/tests/preload
 #                              (needs the fake driver: `make fakecuda`)
@@ -26,6 +27,7 @@ PRELOAD_LDFLAGS := -shared -Wl,-soname,libgpumutex.so \
 # glibc (see src/preload/compat.h). Nothing needs libpthread on either.
 PRELOAD_LIBS    := -Wl,--no-as-needed -l:libdl.so.2 -Wl,--as-needed -lpthread
 PRELOAD_LIB     := $(B)/libgpumutex.so
+PRELOAD_UNGATED := $(B)/ungated/libgpumutex.so
 PRELOAD_RUN     := $(B)/gpumutex-run
 PRELOAD_CLI_OBJ := $(B)/obj/cli/run.o $(B)/obj/cli/gpumutex-run.o
 
@@ -36,9 +38,17 @@ $(B)/obj/preload/%.o: src/preload/%.c $(PRELOAD_HDR) $(LEASE_HDR)
 	@mkdir -p $(dir $@)
 	$(CC) $(PRELOAD_CFLAGS) -c -o $@ $<
 
-$(PRELOAD_LIB): $(PRELOAD_OBJ) $(B)/liblease.a src/preload/exports.map
+# Linked under build/ungated/ and copied to its shipped path only once the
+# load gate passed, so that nothing (make demo, make check, the wheel)
+# ever preloads a library that would not load on an older glibc.
+$(PRELOAD_UNGATED): $(PRELOAD_OBJ) $(B)/liblease.a src/preload/exports.map
+	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $(PRELOAD_LDFLAGS) -o $@ $(PRELOAD_OBJ) $(B)/liblease.a \
 	    $(PRELOAD_LIBS)
+
+$(PRELOAD_LIB): $(PRELOAD_UNGATED) tools/gate.sh src/preload/exports.list
+	bash tools/gate.sh $< src/preload/exports.list
+	cp $< $@
 
 $(B)/obj/cli/%.o: src/cli/%.c src/cli/run.h $(LEASE_HDR)
 	@mkdir -p $(dir $@)

@@ -4,10 +4,52 @@ Synchronisation is by pipes the jobs write to at well-defined moments
 (--waiting-fd: started waiting; --ready-fd: holds its lease; --wait-fd:
 let go when the test closes the pipe), never by sleeping."""
 
+import atexit
 import os
+import shutil
+import stat
 import subprocess
+import tempfile
 
 HANG_GUARD = 120  # seconds; only to turn a hang into a failure
+BUILD = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__)))), "build")
+_copies = None
+
+
+def unreachable_dir(path=BUILD):
+    """The first directory above `path` that other users cannot enter
+    (no o+x; e.g. a checkout under /root), or None."""
+    d = os.path.dirname(os.path.abspath(path))
+    while True:
+        if not os.stat(d).st_mode & stat.S_IXOTH:
+            return d
+        if d == "/":
+            return None
+        d = os.path.dirname(d)
+
+
+def for_user(path, user):
+    """The path by which `user` (None: this user) can run the program at
+    `path`: itself, or, when a directory above the build is closed to
+    others, a copy in a world-readable directory under /tmp made for this
+    test session (the programs run as other users are self-contained).
+    conftest.py's report header says which applies."""
+    global _copies
+    if user is None or not path.startswith(BUILD + os.sep) \
+            or unreachable_dir(path) is None:
+        return path
+    if _copies is None:
+        _copies = tempfile.mkdtemp(prefix="gm-test-bin-", dir="/tmp")
+        os.chmod(_copies, 0o755)
+        atexit.register(shutil.rmtree, _copies, True)
+    copy = os.path.join(_copies, os.path.relpath(path, BUILD).replace(
+        os.sep, "_"))
+    if not os.path.exists(copy):
+        shutil.copy2(path, copy + ".tmp")
+        os.chmod(copy + ".tmp", 0o755)
+        os.rename(copy + ".tmp", copy)
+    return copy
 
 
 class Job:
@@ -82,7 +124,7 @@ def start(holder, env, args=(), waiting=False, ready=False, hold=False,
           stderr=None, user=None, pass_fds=()):
     """Start one lease-holder. waiting/ready: open pipes to learn when it
     waits or holds; hold: keep it holding until Job.release()."""
-    argv = [holder]
+    argv = [for_user(holder, user)]
     keep = []
     waiting_r = ready_r = release_w = None
     if waiting:
