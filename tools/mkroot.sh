@@ -33,7 +33,8 @@ command -v debootstrap >/dev/null || {
 }
 # A root with mounts inside must not be deleted (rm -rf would follow them).
 here=$(pwd -P)
-if awk -v r="$here/$root" 'index($2, r) == 1' /proc/mounts | grep -q .; then
+mounts_under() { awk -v r="$here/$1" 'index($2, r) == 1 {print $2}' /proc/mounts; }
+if [ -n "$(mounts_under "$root")" ]; then
     echo "mkroot: FAIL: something is mounted under $root; unmount it first" >&2
     exit 1
 fi
@@ -43,8 +44,15 @@ mkdir -p .portability
 rm -rf "$root.partial"
 include=$(printf '%s' "$want" | tr '\n' ',')
 start=$(date +%s)
-if ! debootstrap --variant=minbase ${include:+--include="$include"} \
-    "$suite" "$root.partial" "$mirror" >"$log" 2>&1; then
+status=0
+debootstrap --variant=minbase ${include:+--include="$include"} \
+    "$suite" "$root.partial" "$mirror" >"$log" 2>&1 || status=$?
+# debootstrap mounts /proc and /sys inside the root while it works; a
+# failed one may leave them: unmount them (deepest first), never rm them.
+for m in $(mounts_under "$root.partial" | sort -r); do
+    umount "$m" || umount -l "$m"
+done
+if [ "$status" -ne 0 ]; then
     echo "mkroot: FAIL: debootstrap of $suite from $mirror failed" \
         "(is the package mirror reachable?); see $log" >&2
     tail -5 "$log" >&2 || true
