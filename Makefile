@@ -51,7 +51,7 @@ portability: $(B)/libgpumutex.so
 distro-check:
 	bash tools/distro-build.sh
 
-.PHONY: check check-unit check-san check-py check-wheel clean lint demo \
+.PHONY: check check-unit check-san check-py clean lint demo \
         bench sanitizer-tests
 
 $(B)/obj/%.o: src/%.c $(LEASE_HDR)
