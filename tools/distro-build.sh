@@ -5,7 +5,7 @@
 #      packages of .ci/packages, the README's list (tools/mkroot.sh; cached
 #      in .portability/trixie);
 #   2. copies this source tree into it (/gm-src) and runs there what the
-#      README says, `make` and `make check`, and then `make gate`;
+#      README says, `make`, `make demo` and `make check`, and then `make gate`;
 #   3. checks with objdump -T that every shared library built there that is
 #      shipped (all of build/ but the test-only build/tests and build/san)
 #      references no symbol version above GLIBC_2.17;
@@ -33,17 +33,18 @@ step "1. $suite root with .ci/packages: ${packages[*]}"
 root=$(bash tools/mkroot.sh "$suite" "${packages[@]}")
 lap "root"
 
-step "2. make, make check, make gate inside $suite"
+step "2. make, make demo, make check, make gate inside $suite"
 bash tools/copy-tree.sh "$root/gm-src"
 log=.portability/distro-$suite.log
 bash tools/chroot-run.sh "$root" /bin/sh -ec '
     cd /gm-src
     echo "distro-build: $(gcc --version | head -1), $(ldd --version | head -1)"
     make
+    make demo
     make check
     make gate
 ' 2>&1 | tee "$log"
-lap "make, make check, make gate"
+lap "make, make demo, make check, make gate"
 
 step "3. glibc floor (GLIBC_2.$max_minor) of the shipped libraries built in $suite"
 fail=0
