@@ -183,8 +183,14 @@ def test_rtld_next_cuinit_from_a_library(env):
     assert kv(res.stdout)["shim-next-is-two"] == "1"
 
 
-def test_not_configured_is_pass_through(env, tmp_path):
-    del env["GPUMUTEX_VISIBLE_DEVICES"]
+@pytest.mark.parametrize("how", ["unset", "empty"])
+def test_not_configured_is_pass_through(env, tmp_path, how):
+    """Unset or empty GPUMUTEX_VISIBLE_DEVICES: the library does nothing,
+    even with other variables malformed."""
+    if how == "unset":
+        del env["GPUMUTEX_VISIBLE_DEVICES"]
+    else:
+        env.update(GPUMUTEX_VISIBLE_DEVICES="", GPUMUTEX_NUM_DEVICES="x")
     res = run([T / "cuprobe", "dlopen"], env)
     assert kv(res.stdout)["rc"] == "0"
     ev = inits(env)
@@ -306,7 +312,6 @@ def test_standalone_one_line_build(env, tmp_path):
 # ---- Configuration and failure --------------------------------------------
 
 BAD = [
-    ("GPUMUTEX_VISIBLE_DEVICES", ""),
     ("GPUMUTEX_VISIBLE_DEVICES", "0,,1"),
     ("GPUMUTEX_VISIBLE_DEVICES", "a"),
     ("GPUMUTEX_VISIBLE_DEVICES", "-1"),
@@ -703,6 +708,24 @@ def test_run_checks_variables_too(env):
     del env["GPUMUTEX_NUM_DEVICES"]
     r = grun(["--", "true"], env)
     assert r.returncode == 2 and "--visible-devices" in r.stderr
+
+
+def test_run_refuses_an_empty_visible_devices(env, tmp_path):
+    """Empty GPUMUTEX_VISIBLE_DEVICES is "not configured" for the library;
+    gpumutex-run, whose job is to queue the command, refuses it (exit 2,
+    the command does not run) unless --visible-devices is given."""
+    marker = tmp_path / "ran"
+    env["GPUMUTEX_VISIBLE_DEVICES"] = ""
+    r = grun(["--", "touch", marker], env)
+    assert r.returncode == 2, r.stderr
+    assert "GPUMUTEX_VISIBLE_DEVICES is empty" in r.stderr
+    assert "--visible-devices" in r.stderr
+    assert not marker.exists()
+    r = grun(["--visible-devices=", "--", "touch", marker], env)
+    assert r.returncode == 2 and "--visible-devices is empty" in r.stderr
+    assert not marker.exists()
+    out = kv(grun(["--visible-devices", "1", "--", "env"], env).stdout)
+    assert out["GPUMUTEX_VISIBLE_DEVICES"] == "1"
 
 
 def test_run_sets_the_environment(env, tmp_path):

@@ -229,6 +229,9 @@ BAD = [
 BAD_INHERITED = [
     # (variables of the base environment, fragments)
     ({"GPUMUTEX_VISIBLE_DEVICES": "0,x"}, ["GPUMUTEX_VISIBLE_DEVICES", "'0,x'"]),
+    # Empty is "not configured" (as for the library): no devices to queue.
+    ({"GPUMUTEX_VISIBLE_DEVICES": ""},
+     ["visible_devices is required", "GPUMUTEX_VISIBLE_DEVICES is set but empty"]),
     ({"GPUMUTEX_VISIBLE_DEVICES": "0", "GPUMUTEX_NUM_DEVICES": "2"},
      ["GPUMUTEX_NUM_DEVICES", "'2'"]),
     ({"GPUMUTEX_VISIBLE_DEVICES": "0", "GPUMUTEX_LOCK_DIR": "rel"},

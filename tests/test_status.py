@@ -102,6 +102,22 @@ def test_init_makes_devices(built, tmp_path):
     assert r.returncode == 2 and "0,,1" in r.stderr
 
 
+def test_init_takes_an_empty_variable_for_unset(built, tmp_path):
+    """GPUMUTEX_VISIBLE_DEVICES="" is unset (as for the library): init asks
+    for --visible-devices, and the flag then serves."""
+    d = str(tmp_path / "locks")
+    env = dict(os.environ, GPUMUTEX_VISIBLE_DEVICES="")
+    r = subprocess.run([GPUMUTEX, "init", "--lock-dir", d], env=env,
+                       capture_output=True, text=True)
+    assert r.returncode == 2 and "--visible-devices LIST" in r.stderr
+    assert not os.path.exists(d)
+    r = subprocess.run([GPUMUTEX, "init", "--lock-dir", d,
+                        "--visible-devices", "2"], env=env,
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert os.listdir(os.path.join(d, "dev")) == ["2"]
+
+
 def test_status_watch_refreshes_until_interrupted(built, lockdir, journal):
     """--watch redraws in place (clear-screen sequence before each frame)
     and ends cleanly on SIGINT."""

@@ -336,12 +336,17 @@ def environ(visible_devices: Optional[Devices] = None,
     # ... then what the child will see, argument or inherited variable.
     if VISIBLE in args:
         devices = parse_devices("visible_devices", args[VISIBLE])
-    elif VISIBLE in out:
+    elif out.get(VISIBLE):
         devices = _inherited(parse_devices, VISIBLE, out[VISIBLE])
     else:
+        # Empty is "not configured" for the library (like unset), which
+        # would run the child outside the queue: refused, as gpumutex-run
+        # refuses it.
+        empty = (f" ({VISIBLE} is set but empty, which means \"not "
+                 f"configured\")" if VISIBLE in out else "")
         raise ValueError(
             "visible_devices is required: pass visible_devices= (e.g. \"0,1\" "
-            f"or [0, 1]) or set {VISIBLE} in the environment")
+            f"or [0, 1]) or set {VISIBLE} in the environment{empty}")
     if want is not None:
         if not 1 <= want <= len(devices):
             raise ValueError(

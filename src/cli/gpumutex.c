@@ -59,15 +59,20 @@ int gm_init_main(int argc, char **argv)
 	char err[GM_ERR_MAX];
 	const char *dir = getenv("GPUMUTEX_LOCK_DIR");
 	const char *devs = getenv("GPUMUTEX_VISIBLE_DEVICES");
+	const char *devs_name = "GPUMUTEX_VISIBLE_DEVICES";
 	int rc;
+
+	if (devs && !*devs)
+		devs = NULL; /* an empty variable is unset, as for the library */
 
 	for (int i = 1; i < argc; i++) {
 		const char *v;
 		if ((v = gm_cli_opt(argc, argv, &i, "--lock-dir")) != NULL)
 			dir = v;
-		else if ((v = gm_cli_opt(argc, argv, &i, "--visible-devices")) != NULL)
+		else if ((v = gm_cli_opt(argc, argv, &i, "--visible-devices")) != NULL) {
 			devs = v;
-		else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+			devs_name = "--visible-devices";
+		} else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
 			printf("usage: gpumutex init [--lock-dir DIR] [--visible-devices LIST]\n"
 			       "Create the lock directory (mode 1777) and the device files of\n"
 			       "LIST (default $GPUMUTEX_VISIBLE_DEVICES) now. Run as root, the\n"
@@ -80,10 +85,10 @@ int gm_init_main(int argc, char **argv)
 	}
 	memset(&cfg, 0, sizeof cfg);
 	if (!devs) {
-		fprintf(stderr, "gpumutex init: give --visible-devices LIST (or set GPUMUTEX_VISIBLE_DEVICES)\n");
+		fprintf(stderr, "gpumutex init: no GPUs given: pass --visible-devices LIST such as \"0,1\" (or set GPUMUTEX_VISIBLE_DEVICES to it)\n");
 		return 2;
 	}
-	if (gm_parse_devices("--visible-devices", devs, cfg.devices, &cfg.ndevices,
+	if (gm_parse_devices(devs_name, devs, cfg.devices, &cfg.ndevices,
 			     err, sizeof err)) {
 		fprintf(stderr, "gpumutex init: %s\n", err);
 		return 2;

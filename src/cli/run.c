@@ -221,8 +221,12 @@ int gm_run_main(int argc, char **argv)
 	{
 		const char *t = flag[0] ? flag[0] : getenv(vars[0]);
 		const char *name = flag[0] ? names[0] : vars[0];
+		/* An empty variable is "not configured" for the library; here
+		 * that would run COMMAND outside the queue, so it is an error. */
 		if (!t)
 			return usage_error("no GPUs to manage: pass --visible-devices LIST or set GPUMUTEX_VISIBLE_DEVICES");
+		if (!flag[0] && !*t)
+			return usage_error("GPUMUTEX_VISIBLE_DEVICES is empty, which means \"not configured\" (the library would do nothing): pass --visible-devices LIST or set GPUMUTEX_VISIBLE_DEVICES to a list such as \"0,1\"");
 		if (gm_parse_devices(name, t, devices, &ndevices, err, sizeof err))
 			return usage_error("%s", err);
 	}

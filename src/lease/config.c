@@ -212,8 +212,10 @@ int gm_config_from_env(struct gm_config *cfg, char *err, size_t errlen)
 	cfg->timeout_s = -1;
 	cfg->recheck_ms = GM_DEFAULT_RECHECK_MS;
 
+	/* Empty is unset: shells and tools export empty variables, and an
+	 * empty list could only ever be refused. */
 	v = env("GPUMUTEX_VISIBLE_DEVICES");
-	if (!v)
+	if (!v || !*v)
 		return 1;
 	rc = gm_parse_devices("GPUMUTEX_VISIBLE_DEVICES", v, cfg->devices,
 			      &cfg->ndevices, err, errlen);

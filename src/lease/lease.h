@@ -43,8 +43,9 @@ struct gm_config {
  * Fill `cfg` from the process environment: GPUMUTEX_VISIBLE_DEVICES,
  * GPUMUTEX_NUM_DEVICES, GPUMUTEX_LOCK_DIR, GPUMUTEX_TIMEOUT, GPUMUTEX_JOB,
  * GPUMUTEX_QUIET and GPUMUTEX_RECHECK_MS.
- * Returns 1 when GPUMUTEX_VISIBLE_DEVICES is unset (gpumutex is not
- * configured: the caller passes through), 0 when `cfg` is valid, and
+ * Returns 1 when GPUMUTEX_VISIBLE_DEVICES is unset or empty (gpumutex is
+ * not configured: the caller passes through; the other variables are then
+ * not read), 0 when `cfg` is valid, and
  * -EINVAL with a message naming the variable, its value and what is
  * expected when any variable is malformed. A missing GPUMUTEX_JOB is not an
  * error: cfg->job is left empty and gm_job_generate() makes one.

@@ -285,8 +285,11 @@ static void test_config_env(void)
 	setenv("GPUMUTEX_VISIBLE_DEVICES", "0,,1", 1);
 	CHECK_INT(gm_config_from_env(&c, err, sizeof err), -EINVAL);
 	CHECK_HAS(err, "0,,1");
+	/* Empty is not configured, like unset, whatever the others say. */
 	setenv("GPUMUTEX_VISIBLE_DEVICES", "", 1);
-	CHECK_INT(gm_config_from_env(&c, err, sizeof err), -EINVAL);
+	setenv("GPUMUTEX_NUM_DEVICES", "x", 1);
+	CHECK_INT(gm_config_from_env(&c, err, sizeof err), 1);
+	unsetenv("GPUMUTEX_NUM_DEVICES");
 }
 
 /* ---- lock directory safety ------------------------------------------- */
