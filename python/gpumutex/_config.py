@@ -39,10 +39,11 @@ T = TypeVar("T")
 Devices = Union[str, Iterable[int]]
 PathArg = Union[str, "os.PathLike[str]"]
 
-# What strtol() skips before a number (C isspace in the "C" locale).
-_C_SPACE = " \t\n\v\f\r"
+# ASCII digits only (re's [0-9], not str.isdigit, which takes other
+# scripts' digits): what gm_parse_uint (src/lease/num.c) takes, with no
+# blank, sign or "0x".
 _DEVICE_ENTRY = re.compile(r"[0-9]{1,4}")           # gm_parse_devices
-_STRTOL = re.compile(r"[ \t\n\v\f\r]*[+-]?[0-9]+")   # a whole strtol() number
+_UINT = re.compile(r"[0-9]+")                       # gm_parse_uint, base 10
 _DECIMAL = re.compile(r"[0-9]+\.?[0-9]*|\.[0-9]+")   # gm_parse_timeout
 
 
@@ -88,7 +89,7 @@ def parse_devices(name: str, text: str) -> List[int]:
 
 def parse_num_devices(name: str, text: str, ndevices: int) -> int:
     """A whole decimal number from 1 to `ndevices` (gm_parse_want)."""
-    if (text == "" or text[0] in "+- " or not _STRTOL.fullmatch(text)):
+    if not _UINT.fullmatch(text):
         raise ValueError(
             f"{name}={text!r} is not a number; expected how many GPUs one "
             f"job needs, from 1 to {ndevices}")
@@ -122,7 +123,7 @@ def check_lock_dir(name: str, text: str) -> str:
 
 def check_recheck_ms(name: str, text: str) -> int:
     """Milliseconds from 0 (never) to 86400000, as the core reads them."""
-    if _STRTOL.fullmatch(text):
+    if _UINT.fullmatch(text):
         value = int(text)
         if 0 <= value <= _RECHECK_MAX:
             return value
