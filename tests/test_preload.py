@@ -323,6 +323,9 @@ BAD = [
     ("GPUMUTEX_LOCK_DIR", "relative/dir"),
     ("GPUMUTEX_TIMEOUT", "soon"),
     ("GPUMUTEX_JOB", "no spaces"),
+    ("GPUMUTEX_QUIET", "false"),
+    ("GPUMUTEX_QUIET", "no"),
+    ("GPUMUTEX_QUIET", ""),
 ]
 
 
@@ -701,6 +704,11 @@ def test_run_usage_errors(env, args):
 
 
 def test_run_checks_variables_too(env):
+    env["GPUMUTEX_QUIET"] = "off"
+    r = grun(["--", "true"], env)
+    assert r.returncode == 2, r.stderr
+    assert 'GPUMUTEX_QUIET="off"' in r.stderr and "expected 1" in r.stderr
+    del env["GPUMUTEX_QUIET"]
     env["GPUMUTEX_NUM_DEVICES"] = "9"
     r = grun(["--", "true"], env)
     assert r.returncode == 2 and "GPUMUTEX_NUM_DEVICES" in r.stderr

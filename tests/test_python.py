@@ -238,6 +238,8 @@ BAD_INHERITED = [
      ["GPUMUTEX_LOCK_DIR", "'rel'"]),
     ({"GPUMUTEX_VISIBLE_DEVICES": "0", "GPUMUTEX_TIMEOUT": "-1"},
      ["GPUMUTEX_TIMEOUT", "'-1'"]),
+    ({"GPUMUTEX_VISIBLE_DEVICES": "0", "GPUMUTEX_QUIET": "false"},
+     ["GPUMUTEX_QUIET", "'false'", "expected 1"]),
     ({"GPUMUTEX_VISIBLE_DEVICES": "0", "GPUMUTEX_RECHECK_MS": "soon"},
      ["GPUMUTEX_RECHECK_MS", "'soon'"]),
     ({"GPUMUTEX_VISIBLE_DEVICES": "0", "GPUMUTEX_LIBRARY": "/nonexistent.so"},
@@ -309,13 +311,16 @@ def test_checks_agree_with_gpumutex_run(native, clean_env):
     timeouts = ["0", "30", "0.5", ".5", "5.", ".", "1.2.3", "-1", "1e3",
                 "inf", "nan", " 1", "1000000000", "1000000001", ""]
     lockdirs = ["/tmp/x", "/", "tmp", "", "./x"]
+    quiets = ["0", "1", "", "false", "no", "off", "yes", "2", "00", " 1"]
     cases = ([{"GPUMUTEX_VISIBLE_DEVICES": d} for d in devices]
              + [{"GPUMUTEX_VISIBLE_DEVICES": "0,1", "GPUMUTEX_NUM_DEVICES": n}
                 for n in nums]
              + [{"GPUMUTEX_VISIBLE_DEVICES": "0", "GPUMUTEX_TIMEOUT": t}
                 for t in timeouts]
              + [{"GPUMUTEX_VISIBLE_DEVICES": "0", "GPUMUTEX_LOCK_DIR": d}
-                for d in lockdirs])
+                for d in lockdirs]
+             + [{"GPUMUTEX_VISIBLE_DEVICES": "0", "GPUMUTEX_QUIET": q}
+                for q in quiets])
     for variables in cases:
         assert py_accepts(variables) == c_accepts(variables), variables
 

@@ -121,6 +121,15 @@ def check_lock_dir(name: str, text: str) -> str:
     return text
 
 
+def check_quiet(name: str, text: str) -> bool:
+    """Exactly "1" (quiet) or "0", as gm_parse_quiet."""
+    if text in ("0", "1"):
+        return text == "1"
+    raise ValueError(
+        f"{name}={text!r} is not valid; expected 1 (no waiting line) or 0 "
+        f"(print it)")
+
+
 def check_recheck_ms(name: str, text: str) -> int:
     """Milliseconds from 0 (never) to 86400000, as the core reads them."""
     if _UINT.fullmatch(text):
@@ -361,6 +370,8 @@ def environ(visible_devices: Optional[Devices] = None,
         _inherited(check_lock_dir, LOCK_DIR, out[LOCK_DIR])
     if TIMEOUT not in args and TIMEOUT in out:
         _inherited(parse_timeout, TIMEOUT, out[TIMEOUT])
+    if QUIET not in args and QUIET in out:
+        _inherited(check_quiet, QUIET, out[QUIET])
     if RECHECK in out:
         _inherited(check_recheck_ms, RECHECK, out[RECHECK])
 

@@ -48,7 +48,7 @@ static void usage(FILE *f)
 		"\n"
 		"Variables: GPUMUTEX_VISIBLE_DEVICES (required to manage GPUs),\n"
 		"GPUMUTEX_NUM_DEVICES (default 1), GPUMUTEX_LOCK_DIR (default %s),\n"
-		"GPUMUTEX_TIMEOUT (default: wait forever), GPUMUTEX_QUIET (default 0),\n"
+		"GPUMUTEX_TIMEOUT (default: wait forever), GPUMUTEX_QUIET (1 or 0, default 0),\n"
 		"GPUMUTEX_JOB (default: fresh per job), GPUMUTEX_RECHECK_MS (default 10000).\n",
 		GM_DEFAULT_LOCK_DIR);
 }

@@ -248,6 +248,12 @@ int gm_run_main(int argc, char **argv)
 					  &timeout, err, sizeof err))
 			return usage_error("%s", err);
 	}
+	if (!quiet) {
+		const char *t = getenv("GPUMUTEX_QUIET");
+		int q;
+		if (t && gm_parse_quiet("GPUMUTEX_QUIET", t, &q, err, sizeof err))
+			return usage_error("%s", err);
+	}
 	rc = find_library(lib, sizeof lib);
 	if (rc)
 		return rc;

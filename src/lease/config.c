@@ -142,6 +142,18 @@ int gm_job_check(const char *name, const char *text, char *err,
 	return 0;
 }
 
+int gm_parse_quiet(const char *name, const char *text, int *out, char *err,
+		   size_t errlen)
+{
+	if (text && (strcmp(text, "0") == 0 || strcmp(text, "1") == 0)) {
+		*out = text[0] == '1';
+		return 0;
+	}
+	return gm__fail(-EINVAL, err, errlen,
+			"%s=\"%s\" is not valid; expected 1 (no waiting line) or 0 (print it)",
+			name, text ? text : "");
+}
+
 void gm__random_bytes(void *out, size_t len)
 {
 	unsigned char *raw = out;
@@ -256,7 +268,11 @@ int gm_config_from_env(struct gm_config *cfg, char *err, size_t errlen)
 	}
 
 	v = env("GPUMUTEX_QUIET");
-	cfg->quiet = v && *v && strcmp(v, "0") != 0;
+	if (v) {
+		rc = gm_parse_quiet("GPUMUTEX_QUIET", v, &cfg->quiet, err, errlen);
+		if (rc)
+			return rc;
+	}
 
 	v = env("GPUMUTEX_RECHECK_MS");
 	if (v) {

@@ -76,6 +76,8 @@ int gm_parse_uint(const char *s, int base, uint64_t max, uint64_t *out);
  *   optional fraction ("30", "0.5", ".5"); no sign, exponent or "inf".
  * gm_job_check: 1 to GM_JOB_MAX characters from [A-Za-z0-9_-] (it
  *   becomes part of file names).
+ * gm_parse_quiet: exactly "1" (quiet) or "0"; anything else ("", "yes",
+ *   "false", "00") is refused, since a typo must not flip the meaning.
  */
 int gm_parse_devices(const char *name, const char *text, int *out, int *n,
 		     char *err, size_t errlen);
@@ -85,6 +87,8 @@ int gm_parse_timeout(const char *name, const char *text, double *out,
 		     char *err, size_t errlen);
 int gm_job_check(const char *name, const char *text, char *err,
 		 size_t errlen);
+int gm_parse_quiet(const char *name, const char *text, int *out, char *err,
+		   size_t errlen);
 
 /* Write a fresh random job id (32 hex digits) into buf[GM_JOB_MAX + 1]. */
 void gm_job_generate(char *buf);
