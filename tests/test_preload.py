@@ -718,6 +718,70 @@ def test_run_checks_variables_too(env):
     assert r.returncode == 2 and "--visible-devices" in r.stderr
 
 
+@pytest.mark.parametrize("var,value", [
+    ("GPUMUTEX_RECHECK_MS", "soon"), ("GPUMUTEX_RECHECK_MS", "-1"),
+    ("GPUMUTEX_RECHECK_MS", "86400001"), ("GPUMUTEX_QUIET", "yes"),
+    ("GPUMUTEX_LOCK_DIR", "x" * 10),
+])
+def test_run_checks_variables_without_a_flag(env, tmp_path, var, value):
+    """Variables gpumutex-run has no flag for are checked as the library
+    reads them: exit 2 naming the variable, and the command never runs
+    (rather than running with a cuInit that fails)."""
+    marker = tmp_path / "ran"
+    env[var] = value
+    r = grun(["--", "touch", marker], env)
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.startswith("gpumutex-run: ")
+    assert '%s="%s"' % (var, value) in r.stderr
+    assert not marker.exists()
+
+
+@pytest.mark.parametrize("kind", ["file", "symlink", "open-dir",
+                                  "parent-is-a-file"])
+def test_run_checks_the_lock_directory(env, tmp_path, kind):
+    """An unusable lock directory is gpumutex-run's setup error (exit 2,
+    the path and the reason in the message), not CUDA_ERROR_NO_DEVICE in
+    the command's cuInit."""
+    bad = tmp_path / "bad"
+    why = {"file": "exists but is not a directory",
+           "symlink": "symbolic link", "open-dir": "unsafe permissions",
+           "parent-is-a-file": "a component of the path above it is not a "
+                               "directory"}
+    if kind == "file":
+        bad.write_text("")
+    elif kind == "symlink":
+        (tmp_path / "real").mkdir()
+        bad.symlink_to(tmp_path / "real")
+    elif kind == "open-dir":
+        bad.mkdir()
+        bad.chmod(0o777)  # writable by all, not sticky
+    else:
+        (tmp_path / "parent").write_text("")
+        bad = tmp_path / "parent" / "locks"
+    marker = tmp_path / "ran"
+    for args in (["--lock-dir", bad], []):
+        e = dict(env) if args else dict(env, GPUMUTEX_LOCK_DIR=str(bad))
+        r = grun(args + ["--", "touch", marker], e)
+        assert r.returncode == 2, r.stderr
+        assert r.stderr.startswith("gpumutex-run: cannot use the lock "
+                                   "directory %s (%s)" % (
+                                       bad, "--lock-dir" if args else
+                                       "GPUMUTEX_LOCK_DIR")), r.stderr
+        assert why[kind] in r.stderr, r.stderr
+        assert not marker.exists()
+
+
+def test_run_makes_a_missing_lock_directory(env, tmp_path):
+    """As the command's first cuInit would: mode 1777, with the device
+    files of the managed GPUs; then the command runs."""
+    d = tmp_path / "new" / "locks"
+    (tmp_path / "new").mkdir()
+    r = grun(["--lock-dir", d, "--visible-devices", "0,3", "--", "true"], env)
+    assert r.returncode == 0, r.stderr
+    assert (d.stat().st_mode & 0o7777) == 0o1777
+    assert sorted(os.listdir(d / "dev")) == ["0", "3"]
+
+
 def test_run_refuses_an_empty_visible_devices(env, tmp_path):
     """Empty GPUMUTEX_VISIBLE_DEVICES is "not configured" for the library;
     gpumutex-run, whose job is to queue the command, refuses it (exit 2,

@@ -285,11 +285,13 @@ def test_invalid_inherited_variable_raises(native, clean_env, tmp_path,
         assert not marker.exists(), f"{name} ran the command"
 
 
-def test_checks_agree_with_gpumutex_run(native, clean_env):
+def test_checks_agree_with_gpumutex_run(native, clean_env, tmp_path):
     """Text values: the Python checks accept exactly what gpumutex-run (the
     C core's parsers) accepts, so a value that passes here never fails in
-    the child's cuInit."""
+    the child's cuInit. (gpumutex-run also checks the lock directory
+    itself, which Python does not: every directory here is usable.)"""
     run_bin = os.path.join(BUILD, "gpumutex-run")
+    clean_env = dict(clean_env, GPUMUTEX_LOCK_DIR=str(tmp_path / "locks"))
 
     def c_accepts(variables):
         r = subprocess.run([run_bin, "--", "true"], capture_output=True,
@@ -310,7 +312,10 @@ def test_checks_agree_with_gpumutex_run(native, clean_env):
             "99999999999999999999"]
     timeouts = ["0", "30", "0.5", ".5", "5.", ".", "1.2.3", "-1", "1e3",
                 "inf", "nan", " 1", "1000000000", "1000000001", ""]
-    lockdirs = ["/tmp/x", "/", "tmp", "", "./x"]
+    lockdirs = [str(tmp_path / "x"), str(tmp_path) + "//y/", "tmp", "",
+                "./x", "/" + "x" * 4031]
+    rechecks = ["0", "10000", "86400000", "86400001", "", "-1", "+1", " 1",
+                "1 ", "1.5", "soon", "0x10"]
     quiets = ["0", "1", "", "false", "no", "off", "yes", "2", "00", " 1"]
     cases = ([{"GPUMUTEX_VISIBLE_DEVICES": d} for d in devices]
              + [{"GPUMUTEX_VISIBLE_DEVICES": "0,1", "GPUMUTEX_NUM_DEVICES": n}
@@ -320,7 +325,9 @@ def test_checks_agree_with_gpumutex_run(native, clean_env):
              + [{"GPUMUTEX_VISIBLE_DEVICES": "0", "GPUMUTEX_LOCK_DIR": d}
                 for d in lockdirs]
              + [{"GPUMUTEX_VISIBLE_DEVICES": "0", "GPUMUTEX_QUIET": q}
-                for q in quiets])
+                for q in quiets]
+             + [{"GPUMUTEX_VISIBLE_DEVICES": "0", "GPUMUTEX_RECHECK_MS": r}
+                for r in rechecks])
     for variables in cases:
         assert py_accepts(variables) == c_accepts(variables), variables
 
@@ -421,14 +428,15 @@ def test_python_m_gpumutex_is_the_cli(native, clean_env, lockdir):
 
     # `run` execs: the command has python's pid, its status is python's.
     p = subprocess.Popen([PYTHON, "-m", "gpumutex", "run", "--visible-devices",
-                          "0", "--", "sh", "-c", 'echo $$; kill -TERM $$'],
+                          "0", "--lock-dir", lockdir, "--", "sh", "-c",
+                          'echo $$; kill -TERM $$'],
                          env=dict(clean_env, **PY_ENV), stdout=subprocess.PIPE,
                          text=True)
     out, _ = p.communicate(timeout=60)
     assert int(out) == p.pid
     assert p.returncode == -signal.SIGTERM
-    r = py_m("run", "--visible-devices", "0", "--", "sh", "-c", "exit 7",
-             env=clean_env)
+    r = py_m("run", "--visible-devices", "0", "--lock-dir", lockdir, "--",
+             "sh", "-c", "exit 7", env=clean_env)
     assert r.returncode == 7
 
 
@@ -546,9 +554,10 @@ def test_pip_install_into_venv(native, tmp_path_factory, clean_env):
                        env=env, cwd=venv)
     assert r.returncode == 0
     r = subprocess.run([os.path.join(venv, "bin", "gpumutex-run"),
-                        "--visible-devices", "0", "--", "sh", "-c",
-                        "echo $LD_PRELOAD"], env=env, capture_output=True,
-                       text=True, check=True)
+                        "--visible-devices", "0", "--lock-dir",
+                        str(tmp_path_factory.mktemp("runlocks") / "l"), "--",
+                        "sh", "-c", "echo $LD_PRELOAD"], env=env,
+                       capture_output=True, text=True, check=True)
     assert r.stdout.strip() == lib
     r = subprocess.run([vpython, "-m", "gpumutex", "status", "--json",
                         "--lock-dir", str(tmp_path_factory.mktemp("locks"))],

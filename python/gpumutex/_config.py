@@ -117,7 +117,8 @@ def check_lock_dir(name: str, text: str) -> str:
             or len(os.fsencode(text)) >= _LOCK_DIR_MAX):
         raise ValueError(
             f"{name}={text!r} is not usable; expected an absolute directory "
-            f'path such as "{DEFAULT_LOCK_DIR}"')
+            f"path of at most {_LOCK_DIR_MAX - 1} bytes such as "
+            f'"{DEFAULT_LOCK_DIR}"')
     return text
 
 

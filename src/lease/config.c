@@ -154,6 +154,21 @@ int gm_parse_quiet(const char *name, const char *text, int *out, char *err,
 			name, text ? text : "");
 }
 
+int gm_check_lock_dir(const char *name, const char *text, char *err,
+		      size_t errlen)
+{
+	/* 64 bytes to spare for the names below it (dev/63, job/<uid>-<job>
+	 * are formatted into buffers of that size around lock_dir). */
+	if (!text || text[0] != '/' ||
+	    strlen(text) >= sizeof ((struct gm_config *)0)->lock_dir - 64)
+		return gm__fail(-EINVAL, err, errlen,
+				"%s=\"%s\" is not usable; expected an absolute directory path of at most %d bytes such as \"%s\"",
+				name, text ? text : "",
+				(int)sizeof ((struct gm_config *)0)->lock_dir - 65,
+				GM_DEFAULT_LOCK_DIR);
+	return 0;
+}
+
 void gm__random_bytes(void *out, size_t len)
 {
 	unsigned char *raw = out;
@@ -245,10 +260,9 @@ int gm_config_from_env(struct gm_config *cfg, char *err, size_t errlen)
 	v = env("GPUMUTEX_LOCK_DIR");
 	if (!v)
 		v = GM_DEFAULT_LOCK_DIR;
-	if (!*v || v[0] != '/' || strlen(v) >= sizeof cfg->lock_dir - 64)
-		return gm__fail(-EINVAL, err, errlen,
-				"GPUMUTEX_LOCK_DIR=\"%s\" is not usable; expected an absolute directory path such as \"%s\"",
-				v, GM_DEFAULT_LOCK_DIR);
+	rc = gm_check_lock_dir("GPUMUTEX_LOCK_DIR", v, err, errlen);
+	if (rc)
+		return rc;
 	strcpy(cfg->lock_dir, v);
 
 	v = env("GPUMUTEX_TIMEOUT");

@@ -78,6 +78,8 @@ int gm_parse_uint(const char *s, int base, uint64_t max, uint64_t *out);
  *   becomes part of file names).
  * gm_parse_quiet: exactly "1" (quiet) or "0"; anything else ("", "yes",
  *   "false", "00") is refused, since a typo must not flip the meaning.
+ * gm_check_lock_dir: an absolute path short enough for gm_config.lock_dir
+ *   (the text only; gm_lockdir_prepare checks the directory itself).
  */
 int gm_parse_devices(const char *name, const char *text, int *out, int *n,
 		     char *err, size_t errlen);
@@ -89,6 +91,8 @@ int gm_job_check(const char *name, const char *text, char *err,
 		 size_t errlen);
 int gm_parse_quiet(const char *name, const char *text, int *out, char *err,
 		   size_t errlen);
+int gm_check_lock_dir(const char *name, const char *text, char *err,
+		      size_t errlen);
 
 /* Write a fresh random job id (32 hex digits) into buf[GM_JOB_MAX + 1]. */
 void gm_job_generate(char *buf);
@@ -152,8 +156,10 @@ void gm_lease_forget_inflight(void);
 
 /*
  * Prepare the lock directory and the device files of cfg->devices, with
- * the checks gm_lease_acquire makes (symlinks, owners, modes). Used by
- * `gpumutex init` (run as root, it makes files nobody else can remove).
+ * the checks gm_lease_acquire makes (symlinks, owners, modes), creating
+ * what is missing as gm_lease_acquire would. Used by `gpumutex init` (run
+ * as root, it makes files nobody else can remove) and by `gpumutex-run`,
+ * so that an unusable directory is its error rather than the command's.
  */
 int gm_lockdir_prepare(const struct gm_config *cfg, char *err, size_t errlen);
 

@@ -110,7 +110,8 @@ static int open_dir(int parent, const char *name, const char *path,
 		if (fd >= 0)
 			break;
 		if (errno == ENOTDIR || errno == ELOOP) {
-			/* O_DIRECTORY|O_NOFOLLOW says ENOTDIR for a symlink. */
+			/* O_DIRECTORY|O_NOFOLLOW says ENOTDIR for a symlink;
+			 * ENOTDIR also comes from a file higher up the path. */
 			struct stat st;
 			int r = gm__fstatat(parent < 0 ? AT_FDCWD : parent,
 					    name, &st, AT_SYMLINK_NOFOLLOW);
@@ -118,8 +119,12 @@ static int open_dir(int parent, const char *name, const char *path,
 				return gm__fail(-ELOOP, err, errlen,
 						"%s is a symbolic link; gpumutex refuses to follow it (set GPUMUTEX_LOCK_DIR to a real directory)",
 						path);
+			if (r == 0)
+				return gm__fail(-ENOTDIR, err, errlen,
+						"%s exists but is not a directory", path);
 			return gm__fail(-ENOTDIR, err, errlen,
-					"%s exists but is not a directory", path);
+					"cannot open lock directory %s: a component of the path above it is not a directory",
+					path);
 		}
 		if (errno != ENOENT || !create || tries > 2)
 			return gm__fail(-errno, err, errlen,
