@@ -178,8 +178,11 @@ def test_environ_returns_a_new_dict(native):
     assert env["LD_PRELOAD"] == os.path.realpath(LIBRARY)
     # Floats are written without an exponent (the core wants digits and a
     # dot); ints as ints.
+    # At most the 18 fraction digits the core takes (1e-20 s is 0).
     for value, text in ((1e-7, "0.0000001"), (30, "30"), (2.5, "2.5"),
-                        (1e9, "1000000000.0"), (-0.0, "0.0")):
+                        (1e9, "1000000000.0"), (-0.0, "0.0"),
+                        (1e-20, "0.000000000000000000"),
+                        (1.5e-18, "0.000000000000000002")):
         assert gpumutex.environ(visible_devices="0", timeout=value,
                                 env={})["GPUMUTEX_TIMEOUT"] == text
 
@@ -311,7 +314,10 @@ def test_checks_agree_with_gpumutex_run(native, clean_env, tmp_path):
     nums = ["1", "2", "3", "0", "-1", "+1", " 1", "\t1", "1.0", "", "01",
             "99999999999999999999"]
     timeouts = ["0", "30", "0.5", ".5", "5.", ".", "1.2.3", "-1", "1e3",
-                "inf", "nan", " 1", "1000000000", "1000000001", ""]
+                "inf", "nan", " 1", "1000000000", "1000000001", "",
+                "0." + "1" * 18, "0." + "1" * 19, "1000000000.000",
+                "1000000000." + "0" * 17 + "1", "0000000000001",
+                "99999999999", "0.000000000000000000"]
     lockdirs = [str(tmp_path / "x"), str(tmp_path) + "//y/", "tmp", "",
                 "./x", "/" + "x" * 4031]
     rechecks = ["0", "10000", "86400000", "86400001", "", "-1", "+1", " 1",
@@ -330,6 +336,39 @@ def test_checks_agree_with_gpumutex_run(native, clean_env, tmp_path):
                 for r in rechecks])
     for variables in cases:
         assert py_accepts(variables) == c_accepts(variables), variables
+
+
+@pytest.mark.parametrize("value", ["1e3", "inf", "1000000001", "-1", "nan",
+                                   "1000000000.5"])
+def test_timeout_messages_state_the_range(native, clean_env, tmp_path, value):
+    """A refused timeout says which values are accepted, whichever way it
+    came: gpumutex-run's --timeout, GPUMUTEX_TIMEOUT for gpumutex-run, the
+    Python functions' timeout= and a GPUMUTEX_TIMEOUT they inherit."""
+    expected = "expected seconds from 0 to 1000000000"
+    run_bin = os.path.join(BUILD, "gpumutex-run")
+    env = dict(clean_env, GPUMUTEX_LOCK_DIR=str(tmp_path / "locks"),
+               GPUMUTEX_VISIBLE_DEVICES="0")
+    for args, extra, name in (
+            (["--timeout", value], {}, "--timeout"),
+            ([f"--timeout={value}"], {}, "--timeout"),
+            ([], {"GPUMUTEX_TIMEOUT": value}, "GPUMUTEX_TIMEOUT")):
+        r = subprocess.run([run_bin, *args, "--", "true"], capture_output=True,
+                           text=True, env=dict(env, **extra))
+        assert r.returncode == 2, r
+        assert f'{name}="{value}"' in r.stderr and expected in r.stderr, (
+            r.stderr)
+    with pytest.raises(ValueError) as info:
+        gpumutex.environ(env=dict(env, GPUMUTEX_TIMEOUT=value))
+    assert f"GPUMUTEX_TIMEOUT='{value}'" in str(info.value)
+    assert expected in str(info.value)
+    if value != "1e3":  # 1e3 is a fine float: 1000 seconds
+        with pytest.raises(ValueError) as info:
+            gpumutex.environ(env=env, timeout=float(value))
+        assert str(info.value).startswith("timeout=")
+        assert expected in str(info.value), str(info.value)
+    else:
+        assert gpumutex.environ(env=env, timeout=float(value))[
+            "GPUMUTEX_TIMEOUT"] == "1000.0"
 
 
 # ---- system() ------------------------------------------------------------------

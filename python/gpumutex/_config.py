@@ -23,7 +23,8 @@ from ._paths import library_path
 MAX_DEVICES = 64                # GPU indices 0..63 (GM_MAX_DEVICES)
 DEFAULT_LOCK_DIR = "/tmp/libgpumutex"
 _LOCK_DIR_MAX = 4096 - 64       # strlen(lock dir) must stay below this
-_TIMEOUT_MAX = 1e9              # seconds; the core refuses more
+_TIMEOUT_MAX = 1000000000       # seconds; the core refuses more (GM_TIMEOUT_MAX)
+_TIMEOUT_DIGITS = 18            # digits after the dot the core takes
 _RECHECK_MAX = 86400000         # GPUMUTEX_RECHECK_MS upper bound
 
 VISIBLE = "GPUMUTEX_VISIBLE_DEVICES"
@@ -101,13 +102,28 @@ def parse_num_devices(name: str, text: str, ndevices: int) -> int:
     return value
 
 
+def _timeout_error(name: str, value: object, why: str,
+                   hint: str = "") -> ValueError:
+    """A refused timeout; the message states the accepted range, as those
+    of gm_parse_timeout do."""
+    return ValueError(f"{name}={value!r} {why}; expected seconds from 0 to "
+                      f"{_TIMEOUT_MAX}{hint}")
+
+
 def parse_timeout(name: str, text: str) -> float:
-    """Seconds as a non-negative decimal such as "30" or "0.5"."""
-    if not _DECIMAL.fullmatch(text) or float(text) > _TIMEOUT_MAX:
-        raise ValueError(
-            f"{name}={text!r} is not a duration; expected seconds as a "
-            f'non-negative number such as "30" or "0.5" (at most '
-            f"{_TIMEOUT_MAX:.0f})")
+    """Seconds from 0 to 1000000000 as gm_parse_timeout takes them: digits
+    with an optional fraction ("30", "0.5", ".5", "5."), at most 18 digits
+    after the dot; no sign, blank, exponent or "inf"."""
+    if (not _DECIMAL.fullmatch(text)
+            or len(text.partition(".")[2]) > _TIMEOUT_DIGITS):
+        raise _timeout_error(
+            name, text, "is not a duration",
+            ' as a plain decimal number such as "30" or "0.5" (no sign, '
+            'exponent or "inf", at most 18 digits after the dot)')
+    # Decimal, not float: 1000000000.000000000000000001 is above the
+    # maximum for the core, and would round down to it as a float.
+    if Decimal(text) > _TIMEOUT_MAX:
+        raise _timeout_error(name, text, "is out of range")
     return float(text)
 
 
@@ -203,20 +219,22 @@ def timeout_text(timeout: object) -> str:
     else:
         value = float(timeout)  # type: ignore[arg-type]
         if not math.isfinite(value):
-            raise ValueError(
-                f"{name}={timeout!r} is not a finite number of seconds")
+            raise _timeout_error(name, timeout, "is not a finite number",
+                                 " (None waits forever)")
         if value == 0:
             value = 0.0  # no "-0.0"
-        # Positional notation: the core takes digits and one dot only.
-        text = format(Decimal(repr(value)), "f")
+        # Positional notation (the core takes digits and one dot only),
+        # with no more fraction digits than it takes: 1e-20 s is 0.
+        exact = Decimal(repr(value))
+        if exact.as_tuple().exponent < -_TIMEOUT_DIGITS:  # type: ignore
+            exact = exact.quantize(Decimal(1).scaleb(-_TIMEOUT_DIGITS))
+        text = format(exact, "f")
     if value < 0:
-        raise ValueError(
-            f"{name}={timeout!r} is negative; expected seconds to wait, 0 for "
-            f"\"don't wait\" (None waits forever)")
+        raise _timeout_error(name, timeout, "is negative",
+                             " (0: don't wait; None waits forever)")
     if value > _TIMEOUT_MAX:
-        raise ValueError(
-            f"{name}={timeout!r} is too large; at most {_TIMEOUT_MAX:.0f} "
-            f"seconds (None waits forever)")
+        raise _timeout_error(name, timeout, "is out of range",
+                             " (None waits forever)")
     return text
 
 
