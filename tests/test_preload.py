@@ -435,6 +435,29 @@ def test_timeout_and_waiting_message(env):
     assert h.release() == 0
 
 
+@pytest.mark.parametrize("how", ["variable", "gpumutex-run"])
+def test_timeout_zero_does_not_say_it_waits(env, how):
+    """GPUMUTEX_TIMEOUT=0 (or --timeout 0) on busy GPUs: cuInit fails at
+    once with CUDA_ERROR_NO_DEVICE and one line saying why; no "waits for"
+    line, since the process never waits."""
+    env["GPUMUTEX_NUM_DEVICES"] = "2"
+    h = Holder(env)
+    if how == "variable":
+        res = run([T / "cuprobe", "dlopen"], dict(env, GPUMUTEX_TIMEOUT="0"))
+    else:
+        res = grun(["--timeout", "0", "--", T / "cuprobe", "dlopen"], env)
+    assert kv(res.stdout)["rc"] == "100", res.stdout + res.stderr
+    lines = res.stderr.splitlines()
+    assert len(lines) == 1, lines
+    assert "waits for" not in lines[0]
+    assert lines[0].startswith("gpumutex: could not get 2 of GPUs 0,1 at "
+                               "once, and GPUMUTEX_TIMEOUT=0 says not to "
+                               "wait"), lines
+    assert "CUDA_ERROR_NO_DEVICE" in lines[0]
+    assert len(inits(env)) == 1  # only the holder's
+    assert h.release() == 0
+
+
 def test_threads_make_one_lease(env, tmp_path):
     res = run([T / "cuprobe", "threads", "16"], env)
     assert kv(res.stdout)["rc"] == "0"

@@ -65,7 +65,10 @@ static void notify_wait(struct acq *a, int ahead, int head, int job_busy)
 		if (a->ticket % GM_CLEANUP_EVERY == 0)
 			gm__cleanup_jobs(&a->d, a->jobname);
 	}
-	if (!a->hooks || !a->hooks->on_wait)
+	/* With no time to wait, the process gives up at once instead: "waits
+	 * for" would be the wrong thing to tell (the timeout message follows
+	 * right away). */
+	if (!a->hooks || !a->hooks->on_wait || a->cfg->timeout_s == 0)
 		return;
 	info.ticket = a->ticket;
 	info.ahead = ahead;
@@ -83,6 +86,10 @@ static int timed_out(struct acq *a)
 	for (int i = 0; i < c->ndevices; i++)
 		off += (size_t)snprintf(list + off, sizeof list - off, "%s%d",
 					i ? "," : "", c->devices[i]);
+	if (c->timeout_s == 0)
+		return gm__fail(-ETIMEDOUT, a->err, a->errlen,
+				"could not get %d of GPUs %s at once, and GPUMUTEX_TIMEOUT=0 says not to wait",
+				c->want, list);
 	return gm__fail(-ETIMEDOUT, a->err, a->errlen,
 			"gave up after GPUMUTEX_TIMEOUT=%g s waiting for %d of GPUs %s",
 			c->timeout_s, c->want, list);

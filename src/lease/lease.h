@@ -117,7 +117,8 @@ struct gm_wait_info {
 
 struct gm_acquire_hooks {
 	/* Called once, the first time the process has to wait (not when it is
-	 * served at once). The preload prints its one-line message here. */
+	 * served at once, nor with cfg->timeout_s == 0, where it gives up
+	 * instead of waiting). The preload prints its one-line message here. */
 	void (*on_wait)(void *arg, const struct gm_wait_info *info);
 	/* Called after the devices are locked and before the ticket is
 	 * released: grants of conflicting jobs are strictly ordered here. */
