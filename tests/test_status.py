@@ -164,3 +164,120 @@ def test_status_works_for_another_user(built, tmp_path):
         assert holder.wait() == 0
     finally:
         subprocess.run(["rm", "-rf", shared])
+
+
+# ---- flags ------------------------------------------------------------------
+
+RUN = os.path.join(BUILD, "gpumutex-run")
+
+
+def gm(args, env=None, **kw):
+    return subprocess.run([GPUMUTEX, *args], capture_output=True, text=True,
+                          timeout=60, env=env, **kw)
+
+
+@pytest.mark.parametrize("sub", ["status", "init"])
+def test_lock_dir_must_be_absolute(built, tmp_path, sub):
+    """status refuses a relative lock directory as init (and run) do, from
+    the flag or the variable, with the same message naming where it came
+    from; an empty variable is unset."""
+    extra = ["--visible-devices", "0"] if sub == "init" else []
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith("GPUMUTEX_")}
+    for args, e, name in (
+            (["--lock-dir", "rel/dir"], env, "--lock-dir"),
+            (["--lock-dir=rel/dir"], env, "--lock-dir"),
+            ([], dict(env, GPUMUTEX_LOCK_DIR="rel/dir"), "GPUMUTEX_LOCK_DIR")):
+        r = gm([sub, *args, *extra], env=e, cwd=tmp_path)
+        assert r.returncode == 2, r
+        assert r.stderr == (f'gpumutex {sub}: {name}="rel/dir" is not usable; '
+                            "expected an absolute directory path of at most "
+                            '4031 bytes such as "/tmp/libgpumutex"\n')
+        assert r.stdout == ""
+    assert not (tmp_path / "rel").exists()
+    r = gm(["status", "--json"], env=dict(env, GPUMUTEX_LOCK_DIR=""))
+    assert r.returncode == 0
+    assert json.loads(r.stdout)["lock_dir"] == "/tmp/libgpumutex"
+
+
+@pytest.mark.parametrize("value", ["0", "0.0", "-1", "inf", "1e3", "86401",
+                                   "86400.5", "x", ""])
+def test_interval_range_matches_the_help(built, lockdir, value):
+    """A refused --interval states the range the help gives."""
+    help_text = gm(["status", "--help"]).stdout
+    assert "above 0 and\n                  at most 86400" in help_text
+    for args in (["--interval", value], [f"--interval={value}"]):
+        r = gm(["status", "--lock-dir", lockdir, *args])
+        assert r.returncode == 2, r
+        assert r.stderr == (f'gpumutex status: --interval="{value}" is not '
+                            "valid; expected seconds above 0 and at most "
+                            "86400 as a plain decimal number such as \"1\" "
+                            'or "0.5"\n')
+
+
+def test_init_help_shows_visible_devices_required(built):
+    out = gm(["init", "--help"]).stdout
+    usage = out.splitlines()[0]
+    assert usage == ("usage: gpumutex init [--lock-dir DIR] "
+                     "--visible-devices LIST")
+    assert "required" in out
+
+
+def env_of(r):
+    assert r.returncode == 0, r.stderr
+    return dict(line.split("=", 1) for line in r.stdout.splitlines()
+                if "=" in line)
+
+
+@pytest.mark.parametrize("form", ["separate", "equals"])
+def test_every_value_flag_takes_both_forms(built, tmp_path, form):
+    """--flag VALUE and --flag=VALUE mean the same for every flag of every
+    subcommand."""
+    def f(name, value):
+        return [name, value] if form == "separate" else [f"{name}={value}"]
+
+    d = str(tmp_path / "locks")
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith("GPUMUTEX_")}
+    # init: --lock-dir, --visible-devices
+    r = gm(["init", *f("--lock-dir", d), *f("--visible-devices", "1,2")],
+           env=env)
+    assert r.returncode == 0, r.stderr
+    assert sorted(os.listdir(os.path.join(d, "dev"))) == ["1", "2"]
+    # status: --lock-dir, --interval
+    r = gm(["status", "--json", *f("--lock-dir", d), *f("--interval", "0.5")],
+           env=env)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["lock_dir"] == d
+    # run (both programs): every flag
+    for prog in ([RUN], [GPUMUTEX, "run"]):
+        r = subprocess.run([*prog, *f("--visible-devices", "1,2"),
+                            *f("--num-devices", "2"), *f("--lock-dir", d),
+                            *f("--timeout", "7"), "--", "env"],
+                           capture_output=True, text=True, env=env,
+                           timeout=60)
+        seen = env_of(r)
+        assert (seen["GPUMUTEX_VISIBLE_DEVICES"], seen["GPUMUTEX_NUM_DEVICES"],
+                seen["GPUMUTEX_LOCK_DIR"], seen["GPUMUTEX_TIMEOUT"]) == (
+                    "1,2", "2", d, "7")
+
+
+def test_run_quiet_takes_a_value_after_equals(built, tmp_path):
+    """--quiet is GPUMUTEX_QUIET=1; --quiet=1 and --quiet=0 set that value
+    (overriding the variable); anything else is a usage error."""
+    env = dict({k: v for k, v in os.environ.items()
+                if not k.startswith("GPUMUTEX_")},
+               GPUMUTEX_VISIBLE_DEVICES="0",
+               GPUMUTEX_LOCK_DIR=str(tmp_path / "locks"))
+    for args, expect in ((["--quiet"], "1"), (["--quiet=1"], "1"),
+                         (["--quiet=0"], "0")):
+        for base in ("0", "1"):
+            r = subprocess.run([RUN, *args, "--", "env"], capture_output=True,
+                               text=True, env=dict(env, GPUMUTEX_QUIET=base),
+                               timeout=60)
+            assert env_of(r)["GPUMUTEX_QUIET"] == expect, (args, base)
+    for bad in ("yes", "", "false", "2"):
+        r = subprocess.run([RUN, f"--quiet={bad}", "--", "true"],
+                           capture_output=True, text=True, env=env, timeout=60)
+        assert r.returncode == 2
+        assert f'--quiet="{bad}" is not valid; expected 1' in r.stderr

@@ -53,11 +53,27 @@ static void usage(FILE *f)
 		GM_DEFAULT_LOCK_DIR);
 }
 
+const char *gm_cli_lock_dir(const char *prog, const char *dir,
+			    const char *name)
+{
+	char err[GM_ERR_MAX];
+
+	/* An empty variable is unset; an empty flag is refused below. */
+	if (!dir || (!*dir && strcmp(name, "GPUMUTEX_LOCK_DIR") == 0))
+		return GM_DEFAULT_LOCK_DIR;
+	if (gm_check_lock_dir(name, dir, err, sizeof err)) {
+		fprintf(stderr, "%s: %s\n", prog, err);
+		return NULL;
+	}
+	return dir;
+}
+
 int gm_init_main(int argc, char **argv)
 {
 	struct gm_config cfg;
 	char err[GM_ERR_MAX];
 	const char *dir = getenv("GPUMUTEX_LOCK_DIR");
+	const char *dir_name = "GPUMUTEX_LOCK_DIR";
 	const char *devs = getenv("GPUMUTEX_VISIBLE_DEVICES");
 	const char *devs_name = "GPUMUTEX_VISIBLE_DEVICES";
 	int rc;
@@ -67,16 +83,26 @@ int gm_init_main(int argc, char **argv)
 
 	for (int i = 1; i < argc; i++) {
 		const char *v;
-		if ((v = gm_cli_opt(argc, argv, &i, "--lock-dir")) != NULL)
+		if ((v = gm_cli_opt(argc, argv, &i, "--lock-dir")) != NULL) {
 			dir = v;
-		else if ((v = gm_cli_opt(argc, argv, &i, "--visible-devices")) != NULL) {
+			dir_name = "--lock-dir";
+		} else if ((v = gm_cli_opt(argc, argv, &i, "--visible-devices")) != NULL) {
 			devs = v;
 			devs_name = "--visible-devices";
 		} else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
-			printf("usage: gpumutex init [--lock-dir DIR] [--visible-devices LIST]\n"
+			printf("usage: gpumutex init [--lock-dir DIR] --visible-devices LIST\n"
+			       "\n"
 			       "Create the lock directory (mode 1777) and the device files of\n"
-			       "LIST (default $GPUMUTEX_VISIBLE_DEVICES) now. Run as root, the\n"
-			       "files belong to root and no other user can remove them.\n");
+			       "LIST now. Run as root, the files belong to root and no other\n"
+			       "user can remove them.\n"
+			       "\n"
+			       "  --visible-devices LIST  GPU indices such as 0,1,2,3 (required;\n"
+			       "                          $GPUMUTEX_VISIBLE_DEVICES serves if set)\n"
+			       "  --lock-dir DIR          an absolute path (default:\n"
+			       "                          $GPUMUTEX_LOCK_DIR, else %s)\n"
+			       "  -h, --help              this help\n"
+			       "Flags also take the form --flag=VALUE.\n",
+			       GM_DEFAULT_LOCK_DIR);
 			return 0;
 		} else {
 			fprintf(stderr, "gpumutex init: unknown argument '%s'\n", argv[i]);
@@ -93,12 +119,9 @@ int gm_init_main(int argc, char **argv)
 		fprintf(stderr, "gpumutex init: %s\n", err);
 		return 2;
 	}
-	if (!dir || !*dir)
-		dir = GM_DEFAULT_LOCK_DIR;
-	if (dir[0] != '/' || strlen(dir) >= sizeof cfg.lock_dir - 64) {
-		fprintf(stderr, "gpumutex init: the lock directory must be an absolute path, not '%s'\n", dir);
+	dir = gm_cli_lock_dir("gpumutex init", dir, dir_name);
+	if (!dir)
 		return 2;
-	}
 	strcpy(cfg.lock_dir, dir);
 	cfg.want = 1;
 	rc = gm_lockdir_prepare(&cfg, err, sizeof err);

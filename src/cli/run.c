@@ -2,7 +2,7 @@
  * run.c - gpumutex-run: preload libgpumutex.so into one command.
  *
  *   gpumutex-run [--visible-devices LIST] [--num-devices N] [--lock-dir DIR]
- *                [--timeout S] [--quiet] [--] CMD [ARGS...]
+ *                [--timeout S] [--quiet[=1|0]] [--] CMD [ARGS...]
  *
  * Everything is checked with the lease core's own code before the exec:
  * each flag by its parser, then the whole environment CMD will get by
@@ -50,11 +50,13 @@ static void help(void)
 "  --timeout S             GPUMUTEX_TIMEOUT: give up after S seconds of\n"
 "                          waiting; cuInit then fails with\n"
 "                          CUDA_ERROR_NO_DEVICE (default: wait forever)\n"
-"  --quiet                 GPUMUTEX_QUIET=1: no \"waiting\" line on stderr\n"
-"                          (default: print it once per waiting process)\n"
+"  --quiet, --quiet=1|0    GPUMUTEX_QUIET=1 (or the value given, 1 or 0):\n"
+"                          no \"waiting\" line on stderr (default 0: print\n"
+"                          it once per waiting process)\n"
 "  --help                  show this and exit\n"
 "  --version               print the version and exit\n"
-"Flags also take the form --flag=VALUE.\n"
+"Flags that take a value also take the form --flag=VALUE; --quiet takes\n"
+"a value only that way (a word after it is COMMAND).\n"
 "\n"
 "Also set or read:\n"
 "  GPUMUTEX_JOB         always set to a fresh job id: each run is a new\n"
@@ -190,7 +192,8 @@ int gm_run_main(int argc, char **argv)
 					    "GPUMUTEX_TIMEOUT" };
 	const char *flag[4] = { NULL, NULL, NULL, NULL };
 	char err[GM_ERR_MAX], lib[PATH_MAX], job[GM_JOB_MAX + 1];
-	int devices[GM_MAX_DEVICES], ndevices = 0, want, quiet = 0, i, rc;
+	int devices[GM_MAX_DEVICES], ndevices = 0, want, q, i, rc;
+	const char *quiet = NULL;
 	double timeout;
 	struct gm_config cfg;
 
@@ -213,7 +216,13 @@ int gm_run_main(int argc, char **argv)
 			return 0;
 		}
 		if (strcmp(a, "--quiet") == 0) {
-			quiet = 1;
+			quiet = "1";
+			continue;
+		}
+		if (strncmp(a, "--quiet=", 8) == 0) {
+			quiet = a + 8;
+			if (gm_parse_quiet("--quiet", quiet, &q, err, sizeof err))
+				return usage_error("%s", err);
 			continue;
 		}
 		for (k = 0; k < 4 && !got; k++) {
@@ -265,7 +274,7 @@ int gm_run_main(int argc, char **argv)
 	for (int k = 0; k < 4; k++)
 		if (flag[k] && setenv(vars[k], flag[k], 1) != 0)
 			goto nomem;
-	if (quiet && setenv("GPUMUTEX_QUIET", "1", 1) != 0)
+	if (quiet && setenv("GPUMUTEX_QUIET", quiet, 1) != 0)
 		goto nomem;
 	/* Always a new job: a GPUMUTEX_JOB inherited from a caller that is
 	 * itself under gpumutex must not make this run share its lease. */

@@ -204,6 +204,27 @@ static void print_json(FILE *f, const char *dir, const struct gm_state *st,
 	fprintf(f, "]}\n");
 }
 
+/* Longest --interval, seconds: a day between refreshes is already more
+ * than anyone watches for. */
+#define GM_INTERVAL_MAX 86400
+
+/* --interval: the timeout parser's syntax, with the range of the help. */
+static int parse_interval(const char *text, double *out)
+{
+	char err[GM_ERR_MAX];
+	double v;
+
+	if (gm_parse_timeout("--interval", text, &v, err, sizeof err) == 0 &&
+	    v > 0 && v <= GM_INTERVAL_MAX) {
+		*out = v;
+		return 0;
+	}
+	fprintf(stderr,
+		"gpumutex status: --interval=\"%s\" is not valid; expected seconds above 0 and at most %d as a plain decimal number such as \"1\" or \"0.5\"\n",
+		text, GM_INTERVAL_MAX);
+	return 2;
+}
+
 static volatile sig_atomic_t stop;
 static void on_sigint(int sig) { (void)sig; stop = 1; }
 
@@ -219,20 +240,22 @@ static void status_usage(FILE *f)
 		"  --json          one JSON document (schema gpumutex.status/1,\n"
 		"                  see docs/status-json.md)\n"
 		"  --watch         refresh in place until interrupted\n"
-		"  --interval S    seconds between refreshes with --watch (default 1)\n"
-		"  --lock-dir DIR  lock directory (default: $GPUMUTEX_LOCK_DIR, else %s)\n"
-		"  -h, --help      this help\n",
-		GM_DEFAULT_LOCK_DIR);
+		"  --interval S    seconds between refreshes with --watch, above 0 and\n"
+		"                  at most %d, such as 0.5 (default 1)\n"
+		"  --lock-dir DIR  lock directory, an absolute path (default:\n"
+		"                  $GPUMUTEX_LOCK_DIR, else %s)\n"
+		"  -h, --help      this help\n"
+		"Flags that take a value also take the form --flag=VALUE.\n",
+		GM_INTERVAL_MAX, GM_DEFAULT_LOCK_DIR);
 }
 
 int gm_status_main(int argc, char **argv)
 {
 	const char *dir = getenv("GPUMUTEX_LOCK_DIR");
+	const char *dir_name = "GPUMUTEX_LOCK_DIR";
 	int json = 0, watch = 0;
 	double interval = 1.0;
 
-	if (!dir || !*dir)
-		dir = GM_DEFAULT_LOCK_DIR;
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i], *v = NULL;
 
@@ -243,22 +266,21 @@ int gm_status_main(int argc, char **argv)
 		else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
 			status_usage(stdout);
 			return 0;
-		} else if ((v = gm_cli_opt(argc, argv, &i, "--lock-dir")) != NULL)
+		} else if ((v = gm_cli_opt(argc, argv, &i, "--lock-dir")) != NULL) {
 			dir = v;
-		else if ((v = gm_cli_opt(argc, argv, &i, "--interval")) != NULL) {
-			char err[GM_ERR_MAX];
-			if (gm_parse_timeout("--interval", v, &interval, err, sizeof err) ||
-			    interval <= 0) {
-				fprintf(stderr, "gpumutex status: %s\n",
-					interval <= 0 ? "--interval must be above 0" : err);
+			dir_name = "--lock-dir";
+		} else if ((v = gm_cli_opt(argc, argv, &i, "--interval")) != NULL) {
+			if (parse_interval(v, &interval))
 				return 2;
-			}
 		} else {
 			fprintf(stderr, "gpumutex status: unknown argument '%s'\n", a);
 			status_usage(stderr);
 			return 2;
 		}
 	}
+	dir = gm_cli_lock_dir("gpumutex status", dir, dir_name);
+	if (!dir)
+		return 2;
 	if (watch)
 		signal(SIGINT, on_sigint);
 	do {
