@@ -3,6 +3,8 @@ the test controls (holding, waiting), not against the core's word."""
 
 import json
 import os
+import pty
+import signal
 import subprocess
 
 import pytest
@@ -118,26 +120,68 @@ def test_init_takes_an_empty_variable_for_unset(built, tmp_path):
     assert os.listdir(os.path.join(d, "dev")) == ["2"]
 
 
-def test_status_watch_refreshes_until_interrupted(built, lockdir, journal):
-    """--watch redraws in place (clear-screen sequence before each frame)
-    and ends cleanly on SIGINT."""
-    import signal
+CLEAR = "\033[H\033[J"
+
+
+def watch(lockdir, *args, stdout=subprocess.PIPE):
+    return subprocess.Popen([GPUMUTEX, "status", "--watch", "--interval",
+                             "0.05", "--lock-dir", lockdir, *args],
+                            stdout=stdout)
+
+
+def stop(p):
+    p.send_signal(signal.SIGINT)
+    assert p.wait(timeout=60) == 0
+
+
+def test_status_watch_json_is_json_lines(built, lockdir, journal):
+    """--json --watch writes one JSON document per line and nothing else
+    (no terminal codes), each a full status; SIGINT ends it cleanly."""
     env = jobs.job_env(lockdir, journal, devices="0")
     holder = jobs.start(HOLDER, env, ready=True, hold=True)
     assert holder.ready()
-    p = subprocess.Popen([GPUMUTEX, "status", "--watch", "--interval", "0.05",
-                          "--lock-dir", lockdir], stdout=subprocess.PIPE,
-                         text=True)
-    frames = 0
-    for line in p.stdout:
-        frames += line.count("\033[H\033[J")
-        if frames >= 3:
-            break
-    p.send_signal(signal.SIGINT)
-    assert p.wait(timeout=60) == 0
+    p = watch(lockdir, "--json")
+    lines = [p.stdout.readline() for _ in range(3)]
+    stop(p)
     holder.release()
     assert holder.wait() == 0
-    assert frames >= 3
+    for line in lines:
+        assert line.endswith(b"\n") and b"\033" not in line, line
+        doc = json.loads(line)
+        assert doc["exists"] and doc["devices"][0]["state"] == "held"
+
+
+def test_status_watch_text_in_a_pipe_has_no_codes(built, lockdir):
+    """Text --watch into a pipe: each refresh follows the last after an
+    empty line, without the clear-screen codes."""
+    os.makedirs(lockdir)
+    p = watch(lockdir)
+    seen = b""
+    while seen.count(b"gpumutex status: ") < 3:
+        seen += p.stdout.readline()
+    stop(p)
+    assert b"\033" not in seen
+    assert seen.count(b"\n\ngpumutex status: ") == 2, seen
+
+
+def test_status_watch_on_a_terminal_redraws_in_place(built, lockdir):
+    """On a terminal, text --watch clears the screen before each refresh
+    (and --json --watch still writes bare JSON Lines)."""
+    os.makedirs(lockdir)
+    for args, want_clear, frame in (([], True, b"gpumutex status: "),
+                                    (["--json"], False, b'{"schema": ')):
+        master, slave = pty.openpty()
+        p = watch(lockdir, *args, stdout=slave)
+        os.close(slave)
+        seen = b""
+        while seen.count(frame) < 3:
+            seen += os.read(master, 4096)
+        stop(p)
+        os.close(master)
+        assert (CLEAR.encode() in seen) == want_clear, seen
+        if not want_clear:
+            first = seen.split(b"\r\n")[0]  # the terminal's line ending
+            assert json.loads(first)["lock_dir"] == lockdir
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root to switch users")

@@ -140,7 +140,8 @@ static void json_ints(FILE *f, const int *v, int n)
 static double secs(int64_t ns) { return (double)ns / 1e9; }
 
 /* The schema is documented in docs/status-json.md; bump "schema" on any
- * incompatible change. */
+ * incompatible change. One document is one line (no newline inside), so
+ * that --watch writes JSON Lines: a reader takes one line per refresh. */
 static void print_json(FILE *f, const char *dir, const struct gm_state *st,
 		       int exists)
 {
@@ -148,12 +149,12 @@ static void print_json(FILE *f, const char *dir, const struct gm_state *st,
 
 	fprintf(f, "{\"schema\": \"gpumutex.status/1\", \"lock_dir\": ");
 	json_str(f, dir);
-	fprintf(f, ", \"exists\": %s, \"time\": %.3f,\n \"devices\": [",
+	fprintf(f, ", \"exists\": %s, \"time\": %.3f, \"devices\": [",
 		exists ? "true" : "false", secs(st->now_ns));
 	for (int i = 0; i < st->ndevices; i++) {
 		const struct gm_state_device *d = &st->devices[i];
-		fprintf(f, "%s\n  {\"index\": %d, \"state\": \"%s\", \"lease\": ",
-			i ? "," : "", d->index,
+		fprintf(f, "%s{\"index\": %d, \"state\": \"%s\", \"lease\": ",
+			i ? ", " : "", d->index,
 			d->state == GM_DEV_FREE ? "free" :
 			d->state == GM_DEV_GRANTING ? "granting" : "held");
 		if (d->lease >= 0)
@@ -161,7 +162,7 @@ static void print_json(FILE *f, const char *dir, const struct gm_state *st,
 		else
 			fprintf(f, "null}");
 	}
-	fprintf(f, "],\n \"leases\": [");
+	fprintf(f, "], \"leases\": [");
 	for (int i = 0; i < st->nleases; i++) {
 		const struct gm_state_lease *l = &st->leases[i];
 		int pids[32];
@@ -169,7 +170,7 @@ static void print_json(FILE *f, const char *dir, const struct gm_state *st,
 		for (int k = 0; k < l->npids; k++)
 			pids[k] = (int)l->pids[k];
 		user_name(l->uid, user, sizeof user);
-		fprintf(f, "%s\n  {\"lease\": %" PRIu64 ", \"job\": ", i ? "," : "",
+		fprintf(f, "%s{\"lease\": %" PRIu64 ", \"job\": ", i ? ", " : "",
 			l->lease_id);
 		json_str(f, l->job);
 		fprintf(f, ", \"uid\": %u, \"user\": ", (unsigned)l->uid);
@@ -183,14 +184,14 @@ static void print_json(FILE *f, const char *dir, const struct gm_state *st,
 		fprintf(f, ", \"start\": %.3f, \"held_s\": %.3f}", secs(l->start_ns),
 			secs(st->now_ns - l->start_ns));
 	}
-	fprintf(f, "],\n \"queue\": [");
+	fprintf(f, "], \"queue\": [");
 	for (int i = 0; i < st->nwaiters; i++) {
 		const struct gm_state_waiter *w = &st->waiters[i];
 
 		user_name(w->uid, user, sizeof user);
-		fprintf(f, "%s\n  {\"position\": %d, \"ticket\": %" PRIu64
+		fprintf(f, "%s{\"position\": %d, \"ticket\": %" PRIu64
 			", \"pid\": %d, \"uid\": %u, \"user\": ",
-			i ? "," : "", i + 1, w->ticket, (int)w->pid, (unsigned)w->uid);
+			i ? ", " : "", i + 1, w->ticket, (int)w->pid, (unsigned)w->uid);
 		json_str(f, user);
 		fprintf(f, ", \"job\": ");
 		json_str(f, w->job);
@@ -237,9 +238,12 @@ static void status_usage(FILE *f)
 		"PIDs, user, how long, command), then the queue in order. Reads the\n"
 		"lock directory without taking any lock.\n"
 		"\n"
-		"  --json          one JSON document (schema gpumutex.status/1,\n"
-		"                  see docs/status-json.md)\n"
-		"  --watch         refresh in place until interrupted\n"
+		"  --json          one JSON document on one line (schema\n"
+		"                  gpumutex.status/1, see docs/status-json.md)\n"
+		"  --watch         refresh until interrupted: in place on a terminal;\n"
+		"                  otherwise each refresh after the last, after an\n"
+		"                  empty line, with no terminal codes; with --json one\n"
+		"                  document per line (JSON Lines), never any codes\n"
 		"  --interval S    seconds between refreshes with --watch, above 0 and\n"
 		"                  at most %d, such as 0.5 (default 1)\n"
 		"  --lock-dir DIR  lock directory, an absolute path (default:\n"
@@ -253,7 +257,7 @@ int gm_status_main(int argc, char **argv)
 {
 	const char *dir = getenv("GPUMUTEX_LOCK_DIR");
 	const char *dir_name = "GPUMUTEX_LOCK_DIR";
-	int json = 0, watch = 0;
+	int json = 0, watch = 0, clear, frame = 0;
 	double interval = 1.0;
 
 	for (int i = 1; i < argc; i++) {
@@ -283,13 +287,20 @@ int gm_status_main(int argc, char **argv)
 		return 2;
 	if (watch)
 		signal(SIGINT, on_sigint);
+	/* Redraw in place only for a person at a terminal: in a pipe or a
+	 * file, the codes would be noise in every frame, and JSON readers
+	 * want nothing but documents. */
+	clear = watch && !json && isatty(STDOUT_FILENO);
 	do {
 		struct gm_state st;
 		char err[GM_ERR_MAX];
 		int rc = gm_state_read(dir, &st, err, sizeof err);
 
-		if (watch)
+		if (clear)
 			fputs("\033[H\033[J", stdout);
+		else if (watch && !json && frame)
+			fputc('\n', stdout);
+		frame++;
 		if (rc == -ENOENT) {
 			if (json)
 				print_json(stdout, dir, &st, 0);
