@@ -456,7 +456,7 @@ def test_python_m_gpumutex_is_the_cli(native, clean_env, lockdir):
     r = py_m("status", "--json", "--lock-dir", lockdir)
     assert r.returncode == 0
     doc = json.loads(r.stdout)
-    assert doc["schema"] == "gpumutex.status/1" and doc["exists"] is False
+    assert doc["schema"] == "gpumutex.status/2" and doc["exists"] is False
 
     r = py_m("init", "--lock-dir", lockdir, "--visible-devices", "0,1")
     assert r.returncode == 0, r.stderr
@@ -602,7 +602,7 @@ def test_pip_install_into_venv(native, tmp_path_factory, clean_env):
                         "--lock-dir", str(tmp_path_factory.mktemp("locks"))],
                        env=env, cwd=venv, capture_output=True, text=True,
                        check=True)
-    assert json.loads(r.stdout)["schema"] == "gpumutex.status/1"
+    assert json.loads(r.stdout)["schema"] == "gpumutex.status/2"
 
     # The build left nothing in the source tree (only under build/).
     for d in (REPO, os.path.join(REPO, "python")):

@@ -1,15 +1,18 @@
 """`gpumutex status` and `gpumutex init`, checked against jobs whose state
 the test controls (holding, waiting), not against the core's word."""
 
+import fcntl
 import json
 import os
 import pty
 import signal
+import struct
 import subprocess
 
 import pytest
 
 import jobs
+import journal as J
 from conftest import BUILD
 
 GPUMUTEX = os.path.join(BUILD, "gpumutex")
@@ -36,7 +39,7 @@ def test_status_shows_holders_and_queue(built, lockdir, journal):
     assert w2.waited()
 
     doc = json.loads(status(lockdir, "--json").stdout)
-    assert doc["schema"] == "gpumutex.status/1" and doc["exists"]
+    assert doc["schema"] == "gpumutex.status/2" and doc["exists"]
     assert [d["state"] for d in doc["devices"]] == ["held"] * 3
     leases = {lease["lease"]: lease for lease in doc["leases"]}
     by_dev = {d["index"]: leases[d["lease"]] for d in doc["devices"]}
@@ -325,3 +328,62 @@ def test_run_quiet_takes_a_value_after_equals(built, tmp_path):
                            capture_output=True, text=True, env=env, timeout=60)
         assert r.returncode == 2
         assert f'--quiet="{bad}" is not valid; expected 1' in r.stderr
+
+
+# ---- lease ids --------------------------------------------------------------
+
+def test_lease_ids_are_strings_of_the_journal_ids(built, lockdir, journal):
+    """Each lease id in the JSON is a string holding the very number the
+    job holds (lease-holder journals it), in devices[] and leases[]."""
+    env = jobs.job_env(lockdir, journal, devices="0,1")
+    h = jobs.start(HOLDER, dict(env, GPUMUTEX_NUM_DEVICES="2"), ready=True,
+                   hold=True)
+    assert h.ready()
+    doc = json.loads(status(lockdir, "--json").stdout)
+    h.release()
+    assert h.wait() == 0
+    begun = {e["lease"] for e in J.parse(journal) if e["ev"] == "begin"}
+    assert len(begun) == 1
+    assert [lease["lease"] for lease in doc["leases"]] == list(begun)
+    assert [d["lease"] for d in doc["devices"]] == list(begun) * 2
+
+
+class OfdLock:
+    """A one-byte open-file-description read lock, as a lease member holds
+    it, taken by this test process on `path`."""
+
+    def __init__(self, path, offset):
+        self.fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+        lk = struct.pack("hhxxxxqqi4x", fcntl.F_RDLCK, os.SEEK_SET, offset,
+                         1, 0)
+        fcntl.fcntl(self.fd, getattr(fcntl, "F_OFD_SETLK", 37), lk)
+
+    def close(self):
+        os.close(self.fd)
+
+
+def test_lease_id_above_2_53_survives_a_double_reader(built, lockdir):
+    """The largest lease id there can be (2^61 - 1), made by hand the way a
+    member holds it, comes out digit for digit, and a reader that parses
+    numbers as doubles (jq, JavaScript) still sees it exactly."""
+    lease = (1 << 61) - 1
+    r = subprocess.run([GPUMUTEX, "init", "--lock-dir", lockdir,
+                        "--visible-devices", "0"], capture_output=True,
+                       text=True)
+    assert r.returncode == 0, r.stderr
+    with open(os.path.join(lockdir, "job", f"{os.geteuid()}-big.lease"),
+              "w") as f:
+        f.write(f"gpumutex-lease 1\nlease={lease:x}\njob=big\n"
+                f"uid={os.geteuid()}\ndevices=0\nstart=1\npid={os.getpid()}\n"
+                f"cmd=by hand\nmember={os.getpid()}\n")
+    dev = os.path.join(lockdir, "dev", "0")
+    locks = [OfdLock(dev, 0), OfdLock(dev, 1 + lease)]
+    try:
+        out = status(lockdir, "--json").stdout
+    finally:
+        for lk in locks:
+            lk.close()
+    doc = json.loads(out, parse_int=float)  # numbers as doubles
+    assert doc["leases"][0]["lease"] == str(lease) == "2305843009213693951"
+    assert doc["devices"][0] == {"index": 0, "state": "held",
+                                 "lease": str(lease)}

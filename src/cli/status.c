@@ -147,7 +147,7 @@ static void print_json(FILE *f, const char *dir, const struct gm_state *st,
 {
 	char user[64];
 
-	fprintf(f, "{\"schema\": \"gpumutex.status/1\", \"lock_dir\": ");
+	fprintf(f, "{\"schema\": \"gpumutex.status/2\", \"lock_dir\": ");
 	json_str(f, dir);
 	fprintf(f, ", \"exists\": %s, \"time\": %.3f, \"devices\": [",
 		exists ? "true" : "false", secs(st->now_ns));
@@ -157,8 +157,10 @@ static void print_json(FILE *f, const char *dir, const struct gm_state *st,
 			i ? ", " : "", d->index,
 			d->state == GM_DEV_FREE ? "free" :
 			d->state == GM_DEV_GRANTING ? "granting" : "held");
+		/* Lease ids go up to 2^61 - 1: as JSON numbers they would lose
+		 * digits in jq and JavaScript (doubles), so they are strings. */
 		if (d->lease >= 0)
-			fprintf(f, "%" PRIu64 "}", st->leases[d->lease].lease_id);
+			fprintf(f, "\"%" PRIu64 "\"}", st->leases[d->lease].lease_id);
 		else
 			fprintf(f, "null}");
 	}
@@ -170,7 +172,7 @@ static void print_json(FILE *f, const char *dir, const struct gm_state *st,
 		for (int k = 0; k < l->npids; k++)
 			pids[k] = (int)l->pids[k];
 		user_name(l->uid, user, sizeof user);
-		fprintf(f, "%s{\"lease\": %" PRIu64 ", \"job\": ", i ? ", " : "",
+		fprintf(f, "%s{\"lease\": \"%" PRIu64 "\", \"job\": ", i ? ", " : "",
 			l->lease_id);
 		json_str(f, l->job);
 		fprintf(f, ", \"uid\": %u, \"user\": ", (unsigned)l->uid);
@@ -239,7 +241,7 @@ static void status_usage(FILE *f)
 		"lock directory without taking any lock.\n"
 		"\n"
 		"  --json          one JSON document on one line (schema\n"
-		"                  gpumutex.status/1, see docs/status-json.md)\n"
+		"                  gpumutex.status/2, see docs/status-json.md)\n"
 		"  --watch         refresh until interrupted: in place on a terminal;\n"
 		"                  otherwise each refresh after the last, after an\n"
 		"                  empty line, with no terminal codes; with --json one\n"
