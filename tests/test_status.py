@@ -67,8 +67,9 @@ def test_status_shows_holders_and_queue(built, lockdir, journal):
         j.release()
     for j in (big, small, w1, w2):
         assert j.wait() == 0
+    # Everyone gone, and no `gpumutex init`: nobody manages GPUs here now.
     doc = json.loads(status(lockdir, "--json").stdout)
-    assert [d["state"] for d in doc["devices"]] == ["free"] * 3
+    assert doc["devices"] == [] and doc["unmanaged"] == [0, 1, 2]
     assert doc["queue"] == [] and doc["leases"] == []
 
 
@@ -101,6 +102,7 @@ def test_init_makes_devices(built, tmp_path):
     doc = json.loads(status(d, "--json").stdout)
     assert [(x["index"], x["state"]) for x in doc["devices"]] == [
         (0, "free"), (1, "free"), (3, "free")]
+    assert doc["pool"] == [0, 1, 3] and doc["unmanaged"] == []
     r = subprocess.run([GPUMUTEX, "init", "--lock-dir", d,
                         "--visible-devices", "0,,1"], capture_output=True,
                        text=True)
@@ -387,3 +389,57 @@ def test_lease_id_above_2_53_survives_a_double_reader(built, lockdir):
     assert doc["leases"][0]["lease"] == str(lease) == "2305843009213693951"
     assert doc["devices"][0] == {"index": 0, "state": "held",
                                  "lease": str(lease)}
+
+
+# ---- which devices are listed ------------------------------------------------
+
+def test_status_lists_only_devices_managed_now(built, lockdir, journal):
+    """Device files outlive the jobs that made them. A GPU is listed while
+    it is held, or a live waiter or lease has it among its candidates, or
+    `gpumutex init` declared it; the others are only named as unmanaged
+    (in the text, below the table)."""
+    env = jobs.job_env(lockdir, journal, devices="0,1,2,3")
+    assert jobs.start(HOLDER, env).wait() == 0  # made dev/0..3, then left
+    doc = json.loads(status(lockdir, "--json").stdout)
+    assert doc["devices"] == [] and doc["unmanaged"] == [0, 1, 2, 3]
+    text = status(lockdir).stdout
+    assert "No GPU is managed here now" in text
+    assert "Not listed: GPUs 0,1,2,3" in text
+
+    # A lease of a job managing 0,1: both listed (1 free), not 2 and 3.
+    h = jobs.start(HOLDER, dict(env, GPUMUTEX_VISIBLE_DEVICES="0,1",
+                                GPUMUTEX_JOB="small"), ready=True, hold=True)
+    assert h.ready()
+    doc = json.loads(status(lockdir, "--json").stdout)
+    assert [(d["index"], d["state"]) for d in doc["devices"]] == [
+        (0, "held"), (1, "free")]
+    assert doc["unmanaged"] == [2, 3]
+    assert doc["leases"][0]["candidates"] == [0, 1]
+    text = status(lockdir).stdout
+    assert [line.split()[:2] for line in text.splitlines()
+            if line[:1].isdigit()] == [["0", "held"], ["1", "free"]]
+    assert "Not listed: GPUs 2,3 " in text
+
+    # A waiter whose candidates include 3: listed while it waits.
+    w = jobs.start(HOLDER, dict(env, GPUMUTEX_VISIBLE_DEVICES="0,3",
+                                GPUMUTEX_NUM_DEVICES="2",
+                                GPUMUTEX_JOB="wide"), waiting=True)
+    assert w.waited()
+    doc = json.loads(status(lockdir, "--json").stdout)
+    assert [d["index"] for d in doc["devices"]] == [0, 1, 3]
+    assert doc["unmanaged"] == [2]
+    h.release()
+    assert h.wait() == 0 and w.wait() == 0
+
+    # gpumutex init declares the pool: listed while nobody runs, and a
+    # later init replaces it.
+    for pool, listed, unmanaged in (("1,2", [1, 2], [0, 3]),
+                                    ("3", [3], [0, 1, 2])):
+        r = subprocess.run([GPUMUTEX, "init", "--lock-dir", lockdir,
+                            "--visible-devices", pool], capture_output=True,
+                           text=True)
+        assert r.returncode == 0, r.stderr
+        doc = json.loads(status(lockdir, "--json").stdout)
+        assert [(d["index"], d["state"]) for d in doc["devices"]] == [
+            (i, "free") for i in listed]
+        assert doc["pool"] == listed and doc["unmanaged"] == unmanaged

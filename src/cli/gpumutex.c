@@ -93,7 +93,9 @@ int gm_init_main(int argc, char **argv)
 			printf("usage: gpumutex init [--lock-dir DIR] --visible-devices LIST\n"
 			       "\n"
 			       "Create the lock directory (mode 1777) and the device files of\n"
-			       "LIST now. Run as root, the files belong to root and no other\n"
+			       "LIST now, and declare LIST its pool: `gpumutex status` lists\n"
+			       "these GPUs even while no job names them (a later init replaces\n"
+			       "the pool). Run as root, the files belong to root and no other\n"
 			       "user can remove them.\n"
 			       "\n"
 			       "  --visible-devices LIST  GPU indices such as 0,1,2,3 (required;\n"
@@ -125,6 +127,8 @@ int gm_init_main(int argc, char **argv)
 	strcpy(cfg.lock_dir, dir);
 	cfg.want = 1;
 	rc = gm_lockdir_prepare(&cfg, err, sizeof err);
+	if (rc == 0)
+		rc = gm_lockdir_declare(&cfg, err, sizeof err);
 	if (rc) {
 		fprintf(stderr, "gpumutex init: %s\n", err);
 		return 1;

@@ -71,7 +71,7 @@ static void print_text(FILE *f, const char *dir, const struct gm_state *st)
 
 	fprintf(f, "gpumutex status: %s\n\n", dir);
 	if (st->ndevices == 0) {
-		fprintf(f, "No GPU is managed here yet (no job has asked for one).\n");
+		fprintf(f, "No GPU is managed here now (no current job holds, waits for or names one, and `gpumutex init` declared none).\n");
 	} else {
 		fprintf(f, "%-4s %-9s %-18s %-14s %-10s %-8s %s\n", "GPU", "STATE",
 			"JOB", "PIDS", "USER", "HELD", "COMMAND");
@@ -94,6 +94,12 @@ static void print_text(FILE *f, const char *dir, const struct gm_state *st)
 			fprintf(f, "%-4d %-9s %-18.18s %-14.14s %-10.10s %-8s %s\n",
 				d->index, state, l->job, pids, user, held, l->cmd);
 		}
+	}
+	if (st->nunmanaged) {
+		list_ints(st->unmanaged, st->nunmanaged, devs, sizeof devs);
+		fprintf(f, "Not listed: GPU%s %s (device files left by earlier jobs; no current job names %s, nor did `gpumutex init`).\n",
+			st->nunmanaged == 1 ? "" : "s", devs,
+			st->nunmanaged == 1 ? "it" : "them");
 	}
 	fprintf(f, "\n");
 	if (st->nwaiters == 0) {
@@ -149,8 +155,12 @@ static void print_json(FILE *f, const char *dir, const struct gm_state *st,
 
 	fprintf(f, "{\"schema\": \"gpumutex.status/2\", \"lock_dir\": ");
 	json_str(f, dir);
-	fprintf(f, ", \"exists\": %s, \"time\": %.3f, \"devices\": [",
+	fprintf(f, ", \"exists\": %s, \"time\": %.3f, \"pool\": ",
 		exists ? "true" : "false", secs(st->now_ns));
+	json_ints(f, st->pool, st->npool);
+	fprintf(f, ", \"unmanaged\": ");
+	json_ints(f, st->unmanaged, st->nunmanaged);
+	fprintf(f, ", \"devices\": [");
 	for (int i = 0; i < st->ndevices; i++) {
 		const struct gm_state_device *d = &st->devices[i];
 		fprintf(f, "%s{\"index\": %d, \"state\": \"%s\", \"lease\": ",
@@ -183,6 +193,8 @@ static void print_json(FILE *f, const char *dir, const struct gm_state *st,
 		json_str(f, l->cmd);
 		fprintf(f, ", \"devices\": ");
 		json_ints(f, l->devices, l->ndevices);
+		fprintf(f, ", \"candidates\": ");
+		json_ints(f, l->candidates, l->ncandidates);
 		fprintf(f, ", \"start\": %.3f, \"held_s\": %.3f}", secs(l->start_ns),
 			secs(st->now_ns - l->start_ns));
 	}
@@ -238,7 +250,10 @@ static void status_usage(FILE *f)
 		"\n"
 		"Show, per managed GPU, whether it is free or held and by whom (job,\n"
 		"PIDs, user, how long, command), then the queue in order. Reads the\n"
-		"lock directory without taking any lock.\n"
+		"lock directory without taking any lock. A GPU is managed now when it\n"
+		"is held, or a live waiter or lease has it among its candidates, or\n"
+		"`gpumutex init` declared it; other device files (left by jobs that\n"
+		"managed other GPUs) are only named below the table.\n"
 		"\n"
 		"  --json          one JSON document on one line (schema\n"
 		"                  gpumutex.status/2, see docs/status-json.md)\n"

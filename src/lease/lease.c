@@ -210,6 +210,7 @@ static int record_write(struct acq *a, const struct gm_lease *l)
 {
 	char name[GM_JOB_MAX + 48], tmp[GM_JOB_MAX + 48];
 	char buf[2048], list[GM_MAX_DEVICES * 4] = "";
+	char cand[GM_MAX_DEVICES * 4] = "";
 	size_t off = 0;
 	int fd, len, rc = 0;
 	pid_t pid = getpid();
@@ -218,11 +219,17 @@ static int record_write(struct acq *a, const struct gm_lease *l)
 	for (int i = 0; i < l->ndevices; i++)
 		off += (size_t)snprintf(list + off, sizeof list - off, "%s%d",
 					i ? "," : "", l->devices[i]);
+	off = 0;
+	for (int i = 0; i < a->cfg->ndevices; i++)
+		off += (size_t)snprintf(cand + off, sizeof cand - off, "%s%d",
+					i ? "," : "", a->cfg->devices[i]);
+	/* candidates= is for `gpumutex status` only (which GPUs this job
+	 * manages); nothing that decides about the lease reads it. */
 	len = snprintf(buf, sizeof buf,
 		       "gpumutex-lease 1\nlease=%" PRIx64 "\njob=%s\nuid=%u\n"
-		       "devices=%s\nstart=%" PRId64 "\npid=%d\ncmd=%s\n"
-		       "member=%d\n",
-		       l->lease_id, a->cfg->job, (unsigned)geteuid(), list,
+		       "devices=%s\ncandidates=%s\nstart=%" PRId64 "\npid=%d\n"
+		       "cmd=%s\nmember=%d\n",
+		       l->lease_id, a->cfg->job, (unsigned)geteuid(), list, cand,
 		       gm__real_ns(), (int)pid, a->cmd, (int)pid);
 	/* Written whole under a temporary name, then renamed, so a reader
 	 * (gpumutex status) never sees half a record. We hold the job lock,

@@ -164,6 +164,15 @@ void gm_lease_forget_inflight(void);
  */
 int gm_lockdir_prepare(const struct gm_config *cfg, char *err, size_t errlen);
 
+/*
+ * Declare cfg->devices the lock directory's pool: the GPUs gm_state_read
+ * reports as managed even while no job names them (the file `pool` in the
+ * lock directory, replaced whole; it only describes, it grants nothing).
+ * Used by `gpumutex init`; a later declaration replaces the earlier one.
+ * Needs gm_lockdir_prepare first. 0 or -errno with a message.
+ */
+int gm_lockdir_declare(const struct gm_config *cfg, char *err, size_t errlen);
+
 /* ---- Introspection ---------------------------------------------------- */
 
 enum gm_dev_state { GM_DEV_FREE = 0, GM_DEV_HELD = 1, GM_DEV_GRANTING = 2 };
@@ -172,8 +181,12 @@ struct gm_state_lease {
 	uint64_t lease_id;
 	char job[GM_JOB_MAX + 1];
 	uid_t uid;
-	int devices[GM_MAX_DEVICES];
+	int devices[GM_MAX_DEVICES]; /* granted */
 	int ndevices;
+	int candidates[GM_MAX_DEVICES]; /* what it could have been granted
+				      * (its GPUMUTEX_VISIBLE_DEVICES, narrowed);
+				      * = devices for a record without them */
+	int ncandidates;
 	pid_t pids[32];              /* members that announced themselves */
 	int npids;
 	char cmd[GM_CMD_MAX];        /* command line of the first member */
@@ -198,9 +211,20 @@ struct gm_state_device {
 	int lease;                   /* index into leases[], -1 if unknown */
 };
 
+/*
+ * A device is managed now, and listed in devices[], when it is held or
+ * being granted, or a candidate of a live waiter or of a live lease, or in
+ * the pool `gpumutex init` declared. The other device files (left by jobs
+ * that managed other GPUs, or by an earlier pool) are only counted in
+ * unmanaged[]: nobody would ever be granted them as things stand.
+ */
 struct gm_state {
-	struct gm_state_device devices[GM_MAX_DEVICES];
+	struct gm_state_device devices[GM_MAX_DEVICES]; /* managed, ascending */
 	int ndevices;
+	int unmanaged[GM_MAX_DEVICES];   /* other device files, ascending */
+	int nunmanaged;
+	int pool[GM_MAX_DEVICES];        /* declared by `gpumutex init` */
+	int npool;
 	struct gm_state_lease *leases;
 	int nleases;
 	struct gm_state_waiter *waiters; /* in queue order */
