@@ -163,7 +163,9 @@ def test_status_watch_text_in_a_pipe_has_no_codes(built, lockdir):
     p = watch(lockdir)
     seen = b""
     while seen.count(b"gpumutex status: ") < 3:
-        seen += p.stdout.readline()
+        line = p.stdout.readline()
+        assert line, f"status --watch ended early: {seen!r}"
+        seen += line
     stop(p)
     assert b"\033" not in seen
     assert seen.count(b"\n\ngpumutex status: ") == 2, seen
@@ -180,7 +182,9 @@ def test_status_watch_on_a_terminal_redraws_in_place(built, lockdir):
         os.close(slave)
         seen = b""
         while seen.count(frame) < 3:
-            seen += os.read(master, 4096)
+            chunk = os.read(master, 4096)  # EIO once the program is gone
+            assert chunk, f"status --watch ended early: {seen!r}"
+            seen += chunk
         stop(p)
         os.close(master)
         assert (CLEAR.encode() in seen) == want_clear, seen
