@@ -58,7 +58,7 @@ static void list_ints(const int *v, int n, char *out, size_t len)
 
 static void list_pids(const pid_t *v, int n, char *out, size_t len)
 {
-	int tmp[32];
+	int tmp[32] = { 0 };
 
 	for (int i = 0; i < n && i < 32; i++)
 		tmp[i] = (int)v[i];
@@ -177,7 +177,7 @@ static void print_json(FILE *f, const char *dir, const struct gm_state *st,
 	fprintf(f, "], \"leases\": [");
 	for (int i = 0; i < st->nleases; i++) {
 		const struct gm_state_lease *l = &st->leases[i];
-		int pids[32];
+		int pids[32] = { 0 };
 
 		for (int k = 0; k < l->npids; k++)
 			pids[k] = (int)l->pids[k];
