@@ -53,8 +53,13 @@ static void help(void)
 "Flags also take the form --flag=VALUE.\n"
 "\n"
 "Also set or read:\n"
-"  GPUMUTEX_JOB         always set to a fresh job id: each run is a new\n"
-"                       job, and the processes of a job share one lease\n"
+"  GPUMUTEX_JOB         set to a fresh job id: each run is a new job, and\n"
+"                       the processes of a job share one lease. Inside a\n"
+"                       job that holds GPUs now (an inherited\n"
+"                       GPUMUTEX_JOB), COMMAND joins that job instead, as a\n"
+"                       new job would wait for GPUs its own caller holds;\n"
+"                       flags that do not fit that job's GPUs are refused\n"
+"                       (exit 2)\n"
 "  GPUMUTEX_LIBRARY     the library to preload (default: libgpumutex.so in\n"
 "                       the directory of this program)\n"
 "  GPUMUTEX_RECHECK_MS  fallback re-check period while waiting (default\n"
@@ -170,6 +175,77 @@ static int take(const char *name, int argc, char **argv, int *i,
 	return 1;
 }
 
+static void list_format(char *buf, size_t len, const int *v, int n)
+{
+	size_t off = 0;
+
+	buf[0] = '\0';
+	for (int k = 0; k < n && off < len; k++)
+		off += (size_t)snprintf(buf + off, len - off, "%s%d",
+					k ? "," : "", v[k]);
+}
+
+/*
+ * Started inside a job (an inherited GPUMUTEX_JOB) that holds a lease in
+ * our lock directory now, or is taking one, COMMAND as a new job would
+ * queue behind GPUs its own caller holds: for ever if the caller waits
+ * for it. So it joins that job instead (job[] = the inherited id), with a
+ * note on stderr unless quiet; settings of ours that the lease cannot
+ * serve (gm_join_check) are refused at once (returns 2). Anything else,
+ * including a job id we cannot check, leaves job[] empty: a new job.
+ * `flag` holds the flags' values (visible devices, num devices, lock dir).
+ */
+static int enclosing_job(const char *cmd, const int *devices, int ndevices,
+			 int want, const char *const *flag, int quiet, char *job)
+{
+	const char *inherited = getenv("GPUMUTEX_JOB");
+	const char *dir = flag[2] ? flag[2] : getenv("GPUMUTEX_LOCK_DIR");
+	const char *q = getenv("GPUMUTEX_QUIET");
+	struct gm_job_state js;
+	struct gm_config cfg;
+	char err[GM_ERR_MAX], held[GM_MAX_DEVICES * 4];
+	int rc;
+
+	job[0] = '\0';
+	if (!inherited || gm_job_check("GPUMUTEX_JOB", inherited, NULL, 0))
+		return 0;
+	if (!dir)
+		dir = GM_DEFAULT_LOCK_DIR;
+	rc = gm_job_probe(dir, inherited, &js, err, sizeof err);
+	if (rc != 1 && rc != 2)
+		return 0;
+	quiet |= q && *q && strcmp(q, "0") != 0;
+	if (rc == 1) {
+		memset(&cfg, 0, sizeof cfg);
+		memcpy(cfg.devices, devices, (size_t)ndevices * sizeof *devices);
+		cfg.ndevices = ndevices;
+		cfg.want = want;
+		snprintf(cfg.job, sizeof cfg.job, "%s", inherited);
+		list_format(held, sizeof held, js.devices, js.ndevices);
+		if (gm_join_check(&cfg, js.devices, js.ndevices, NULL, err,
+				  sizeof err)) {
+			fprintf(stderr,
+				PROG ": %s runs inside job %s (GPUMUTEX_JOB, inherited), which holds GPUs now, so it can only share them: as a new job it would wait for GPUs its own caller holds (for ever, if the caller waits for it); but %s (%s%s, %s%d); give it settings that fit the job's GPUs, or run it outside that job\n",
+				cmd, inherited, err,
+				flag[0] ? "--visible-devices " : "GPUMUTEX_VISIBLE_DEVICES=",
+				flag[0] ? flag[0] : getenv("GPUMUTEX_VISIBLE_DEVICES"),
+				flag[1] ? "--num-devices " : "GPUMUTEX_NUM_DEVICES=",
+				want);
+			return 2;
+		}
+		if (!quiet)
+			fprintf(stderr,
+				PROG ": %s runs inside job %s (GPUMUTEX_JOB, inherited), which holds GPU%s %s: it joins that job and shares its GPUs instead of waiting for GPUs its own caller holds; --quiet hides this line\n",
+				cmd, inherited, js.ndevices == 1 ? "" : "s", held);
+	} else if (!quiet) {
+		fprintf(stderr,
+			PROG ": %s runs inside job %s (GPUMUTEX_JOB, inherited), which is taking its GPUs: it joins that job and shares them instead of waiting for GPUs its own caller will hold; --quiet hides this line\n",
+			cmd, inherited);
+	}
+	snprintf(job, GM_JOB_MAX + 1, "%s", inherited);
+	return 0;
+}
+
 int gm_run_main(int argc, char **argv)
 {
 	static const char *const names[] = { "--visible-devices",
@@ -181,7 +257,7 @@ int gm_run_main(int argc, char **argv)
 					    "GPUMUTEX_TIMEOUT" };
 	const char *flag[4] = { NULL, NULL, NULL, NULL };
 	char err[GM_ERR_MAX], lib[PATH_MAX], job[GM_JOB_MAX + 1];
-	int devices[GM_MAX_DEVICES], ndevices = 0, want, quiet = 0, i, rc;
+	int devices[GM_MAX_DEVICES], ndevices = 0, want = 1, quiet = 0, i, rc;
 	double timeout;
 
 	for (i = 1; i < argc; i++) {
@@ -253,9 +329,13 @@ int gm_run_main(int argc, char **argv)
 			goto nomem;
 	if (quiet && setenv("GPUMUTEX_QUIET", "1", 1) != 0)
 		goto nomem;
-	/* Always a new job: a GPUMUTEX_JOB inherited from a caller that is
-	 * itself under gpumutex must not make this run share its lease. */
-	gm_job_generate(job);
+	/* A new job, unless this runs inside a job that holds GPUs now:
+	 * then it joins that job (see enclosing_job). */
+	rc = enclosing_job(argv[i], devices, ndevices, want, flag, quiet, job);
+	if (rc)
+		return rc;
+	if (!job[0])
+		gm_job_generate(job);
 	if (setenv("GPUMUTEX_JOB", job, 1) != 0 || set_preload(lib) != 0)
 		goto nomem;
 

@@ -161,6 +161,27 @@ int gm_lease_acquire(const struct gm_config *cfg,
 int gm_join_check(const struct gm_config *cfg, const int *devices,
 		  int ndevices, uint64_t *usable, char *err, size_t errlen);
 
+/* What a job of this user is doing in a lock directory (gm_job_probe). */
+struct gm_job_state {
+	uint64_t lease_id;           /* its live lease, when there is one */
+	int devices[GM_MAX_DEVICES]; /* the lease's devices, ascending */
+	int ndevices;                /* 0 unless gm_job_probe returned 1 */
+};
+
+/*
+ * Does job `job` of this user (euid) hold a lease in `lock_dir` now?
+ * For launchers started inside a job (gpumutex-run, the Python package):
+ * a command they start as a new job would queue behind the GPUs its own
+ * caller holds. Takes no lock and creates nothing (F_OFD_GETLK probes and
+ * a read of the job's record, trusted only if it is ours).
+ * Returns 1 when the job has a live lease (`out` names it), 2 when it has
+ * none but one of its processes holds the job lock (it is taking one),
+ * 0 when neither (also when the directory does not exist), -EINVAL for a
+ * malformed job id, or another -errno when it cannot be told.
+ */
+int gm_job_probe(const char *lock_dir, const char *job,
+		 struct gm_job_state *out, char *err, size_t errlen);
+
 /*
  * For a child forked while another thread of its parent was inside
  * gm_lease_acquire (call it from a pthread_atfork child handler): close
