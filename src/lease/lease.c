@@ -65,7 +65,10 @@ static void notify_wait(struct acq *a, int ahead, int head, int job_busy)
 		if (a->ticket % GM_CLEANUP_EVERY == 0)
 			gm__cleanup_jobs(&a->d, a->jobname);
 	}
-	if (!a->hooks || !a->hooks->on_wait)
+	/* With no time to wait, the process gives up at once instead: "waits
+	 * for" would be the wrong thing to tell (the timeout message follows
+	 * right away). */
+	if (!a->hooks || !a->hooks->on_wait || a->cfg->timeout_s == 0)
 		return;
 	info.ticket = a->ticket;
 	info.ahead = ahead;
@@ -83,6 +86,10 @@ static int timed_out(struct acq *a)
 	for (int i = 0; i < c->ndevices; i++)
 		off += (size_t)snprintf(list + off, sizeof list - off, "%s%d",
 					i ? "," : "", c->devices[i]);
+	if (c->timeout_s == 0)
+		return gm__fail(-ETIMEDOUT, a->err, a->errlen,
+				"could not get %d of GPUs %s at once, and GPUMUTEX_TIMEOUT=0 says not to wait",
+				c->want, list);
 	return gm__fail(-ETIMEDOUT, a->err, a->errlen,
 			"gave up after GPUMUTEX_TIMEOUT=%g s waiting for %d of GPUs %s",
 			c->timeout_s, c->want, list);
@@ -203,6 +210,7 @@ static int record_write(struct acq *a, const struct gm_lease *l)
 {
 	char name[GM_JOB_MAX + 48], tmp[GM_JOB_MAX + 48];
 	char buf[2048], list[GM_MAX_DEVICES * 4] = "";
+	char cand[GM_MAX_DEVICES * 4] = "";
 	size_t off = 0;
 	int fd, len, rc = 0;
 	pid_t pid = getpid();
@@ -211,11 +219,17 @@ static int record_write(struct acq *a, const struct gm_lease *l)
 	for (int i = 0; i < l->ndevices; i++)
 		off += (size_t)snprintf(list + off, sizeof list - off, "%s%d",
 					i ? "," : "", l->devices[i]);
+	off = 0;
+	for (int i = 0; i < a->cfg->ndevices; i++)
+		off += (size_t)snprintf(cand + off, sizeof cand - off, "%s%d",
+					i ? "," : "", a->cfg->devices[i]);
+	/* candidates= is for `gpumutex status` only (which GPUs this job
+	 * manages); nothing that decides about the lease reads it. */
 	len = snprintf(buf, sizeof buf,
 		       "gpumutex-lease 1\nlease=%" PRIx64 "\njob=%s\nuid=%u\n"
-		       "devices=%s\nstart=%" PRId64 "\npid=%d\ncmd=%s\n"
-		       "member=%d\n",
-		       l->lease_id, a->cfg->job, (unsigned)geteuid(), list,
+		       "devices=%s\ncandidates=%s\nstart=%" PRId64 "\npid=%d\n"
+		       "cmd=%s\nmember=%d\n",
+		       l->lease_id, a->cfg->job, (unsigned)geteuid(), list, cand,
 		       gm__real_ns(), (int)pid, a->cmd, (int)pid);
 	/* Written whole under a temporary name, then renamed, so a reader
 	 * (gpumutex status) never sees half a record. We hold the job lock,

@@ -44,8 +44,9 @@ struct gm_config {
  * Fill `cfg` from the process environment: GPUMUTEX_VISIBLE_DEVICES,
  * GPUMUTEX_NUM_DEVICES, GPUMUTEX_LOCK_DIR, GPUMUTEX_TIMEOUT, GPUMUTEX_JOB,
  * GPUMUTEX_QUIET and GPUMUTEX_RECHECK_MS.
- * Returns 1 when GPUMUTEX_VISIBLE_DEVICES is unset (gpumutex is not
- * configured: the caller passes through), 0 when `cfg` is valid, and
+ * Returns 1 when GPUMUTEX_VISIBLE_DEVICES is unset or empty (gpumutex is
+ * not configured: the caller passes through; the other variables are then
+ * not read), 0 when `cfg` is valid, and
  * -EINVAL with a message naming the variable, its value and what is
  * expected when any variable is malformed. A missing GPUMUTEX_JOB is not an
  * error: cfg->job is left empty and gm_job_generate() makes one.
@@ -76,6 +77,10 @@ int gm_parse_uint(const char *s, int base, uint64_t max, uint64_t *out);
  *   optional fraction ("30", "0.5", ".5"); no sign, exponent or "inf".
  * gm_job_check: 1 to GM_JOB_MAX characters from [A-Za-z0-9_-] (it
  *   becomes part of file names).
+ * gm_parse_quiet: exactly "1" (quiet) or "0"; anything else ("", "yes",
+ *   "false", "00") is refused, since a typo must not flip the meaning.
+ * gm_check_lock_dir: an absolute path short enough for gm_config.lock_dir
+ *   (the text only; gm_lockdir_prepare checks the directory itself).
  */
 int gm_parse_devices(const char *name, const char *text, int *out, int *n,
 		     char *err, size_t errlen);
@@ -85,6 +90,10 @@ int gm_parse_timeout(const char *name, const char *text, double *out,
 		     char *err, size_t errlen);
 int gm_job_check(const char *name, const char *text, char *err,
 		 size_t errlen);
+int gm_parse_quiet(const char *name, const char *text, int *out, char *err,
+		   size_t errlen);
+int gm_check_lock_dir(const char *name, const char *text, char *err,
+		      size_t errlen);
 
 /* Write a fresh random job id (32 hex digits) into buf[GM_JOB_MAX + 1]. */
 void gm_job_generate(char *buf);
@@ -113,7 +122,8 @@ struct gm_wait_info {
 
 struct gm_acquire_hooks {
 	/* Called once, the first time the process has to wait (not when it is
-	 * served at once). The preload prints its one-line message here. */
+	 * served at once, nor with cfg->timeout_s == 0, where it gives up
+	 * instead of waiting). The preload prints its one-line message here. */
 	void (*on_wait)(void *arg, const struct gm_wait_info *info);
 	/* Called after the devices are locked and before the ticket is
 	 * released: grants of conflicting jobs are strictly ordered here. */
@@ -194,10 +204,21 @@ void gm_lease_forget_inflight(void);
 
 /*
  * Prepare the lock directory and the device files of cfg->devices, with
- * the checks gm_lease_acquire makes (symlinks, owners, modes). Used by
- * `gpumutex init` (run as root, it makes files nobody else can remove).
+ * the checks gm_lease_acquire makes (symlinks, owners, modes), creating
+ * what is missing as gm_lease_acquire would. Used by `gpumutex init` (run
+ * as root, it makes files nobody else can remove) and by `gpumutex-run`,
+ * so that an unusable directory is its error rather than the command's.
  */
 int gm_lockdir_prepare(const struct gm_config *cfg, char *err, size_t errlen);
+
+/*
+ * Declare cfg->devices the lock directory's pool: the GPUs gm_state_read
+ * reports as managed even while no job names them (the file `pool` in the
+ * lock directory, replaced whole; it only describes, it grants nothing).
+ * Used by `gpumutex init`; a later declaration replaces the earlier one.
+ * Needs gm_lockdir_prepare first. 0 or -errno with a message.
+ */
+int gm_lockdir_declare(const struct gm_config *cfg, char *err, size_t errlen);
 
 /* ---- Introspection ---------------------------------------------------- */
 
@@ -207,8 +228,12 @@ struct gm_state_lease {
 	uint64_t lease_id;
 	char job[GM_JOB_MAX + 1];
 	uid_t uid;
-	int devices[GM_MAX_DEVICES];
+	int devices[GM_MAX_DEVICES]; /* granted */
 	int ndevices;
+	int candidates[GM_MAX_DEVICES]; /* what it could have been granted
+				      * (its GPUMUTEX_VISIBLE_DEVICES, narrowed);
+				      * = devices for a record without them */
+	int ncandidates;
 	pid_t pids[32];              /* members that announced themselves */
 	int npids;
 	char cmd[GM_CMD_MAX];        /* command line of the first member */
@@ -233,9 +258,20 @@ struct gm_state_device {
 	int lease;                   /* index into leases[], -1 if unknown */
 };
 
+/*
+ * A device is managed now, and listed in devices[], when it is held or
+ * being granted, or a candidate of a live waiter or of a live lease, or in
+ * the pool `gpumutex init` declared. The other device files (left by jobs
+ * that managed other GPUs, or by an earlier pool) are only counted in
+ * unmanaged[]: nobody would ever be granted them as things stand.
+ */
 struct gm_state {
-	struct gm_state_device devices[GM_MAX_DEVICES];
+	struct gm_state_device devices[GM_MAX_DEVICES]; /* managed, ascending */
 	int ndevices;
+	int unmanaged[GM_MAX_DEVICES];   /* other device files, ascending */
+	int nunmanaged;
+	int pool[GM_MAX_DEVICES];        /* declared by `gpumutex init` */
+	int npool;
 	struct gm_state_lease *leases;
 	int nleases;
 	struct gm_state_waiter *waiters; /* in queue order */
