@@ -16,8 +16,10 @@ import re
 import secrets
 from collections.abc import Iterable, Mapping
 from decimal import Decimal
-from typing import Any, Callable, Dict, List, Optional, TypeVar, Union
+from typing import (Any, Callable, Dict, List, Optional, Tuple, TypeVar,
+                    Union)
 
+from . import _job
 from ._paths import library_path
 
 MAX_DEVICES = 64                # GPU indices 0..63 (GM_MAX_DEVICES)
@@ -45,6 +47,7 @@ PathArg = Union[str, "os.PathLike[str]"]
 # blank, sign or "0x".
 _DEVICE_ENTRY = re.compile(r"[0-9]{1,4}")           # gm_parse_devices
 _UINT = re.compile(r"[0-9]+")                       # gm_parse_uint, base 10
+_JOB_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")        # gm_job_check
 _DECIMAL = re.compile(r"[0-9]+\.?[0-9]*|\.[0-9]+")   # gm_parse_timeout
 
 
@@ -335,17 +338,36 @@ def environ(visible_devices: Optional[Devices] = None,
     ``quiet``            ``GPUMUTEX_QUIET``           False ("0")
     ===================  ==========================  ============================
 
-    ``GPUMUTEX_JOB`` is always set to a fresh random id (each call is a new
-    job), and the library (library_path(), or ``GPUMUTEX_LIBRARY`` if the
-    base sets it) is put first in ``LD_PRELOAD``.
+    ``GPUMUTEX_JOB`` is set to a fresh random id (each call is a new job),
+    except inside a job that holds GPUs now: when the base's
+    ``GPUMUTEX_JOB`` names a job of this user with a live lease in the lock
+    directory (or one that is taking its lease), that id is kept and the
+    child joins that job, since as a new job it would wait for GPUs its own
+    caller holds. The library (library_path(), or ``GPUMUTEX_LIBRARY`` if
+    the base sets it) is put first in ``LD_PRELOAD``.
 
     Raises TypeError or ValueError, naming the argument (or the variable of
-    the base) and its value, when anything is invalid.
+    the base) and its value, when anything is invalid, and ValueError when
+    the child would join its caller's job but its devices or num_devices
+    do not fit that job's GPUs.
 
     >>> env = environ(visible_devices=[0, 1], num_devices=2, env={})
     >>> env["GPUMUTEX_VISIBLE_DEVICES"], env["GPUMUTEX_NUM_DEVICES"]
     ('0,1', '2')
     """
+    return child_environ(visible_devices, num_devices, lock_dir, timeout,
+                         quiet, env)[0]
+
+
+def child_environ(visible_devices: Optional[Devices] = None,
+                  num_devices: Optional[int] = None,
+                  lock_dir: Optional[PathArg] = None,
+                  timeout: Optional[float] = None,
+                  quiet: Optional[bool] = None,
+                  env: Optional[Mapping[str, str]] = None
+                  ) -> Tuple[Dict[str, str], Optional[str]]:
+    """environ(), and the line to print (or None) when the child joins the
+    job it is started in."""
     if env is not None and not isinstance(env, Mapping):
         raise TypeError(f"env must be a mapping, not {_type_name(env)}")
     out: Dict[str, str] = dict(os.environ if env is None else env)
@@ -384,7 +406,7 @@ def environ(visible_devices: Optional[Devices] = None,
                 f"devices)")
         args[NUM] = str(want)
     elif NUM in out:
-        _inherited(parse_num_devices, NUM, out[NUM], len(devices))
+        want = _inherited(parse_num_devices, NUM, out[NUM], len(devices))
     if LOCK_DIR not in args and LOCK_DIR in out:
         _inherited(check_lock_dir, LOCK_DIR, out[LOCK_DIR])
     if TIMEOUT not in args and TIMEOUT in out:
@@ -396,8 +418,44 @@ def environ(visible_devices: Optional[Devices] = None,
 
     lib = preload_library(out)
     out.update(args)
-    # Always a new job: an inherited GPUMUTEX_JOB (a caller itself under
-    # gpumutex) must not make this child share the caller's lease.
-    out[JOB] = secrets.token_hex(16)
+    job, note = _enclosing_job(out, devices, 1 if want is None else want,
+                               num_devices is not None)
+    out[JOB] = job or secrets.token_hex(16)
     out["LD_PRELOAD"] = with_preload(out.get("LD_PRELOAD"), lib)
-    return out
+    return out, (None if out.get(QUIET) == "1" else note)
+
+
+def _enclosing_job(out: Dict[str, str], devices: List[int], want: int,
+                   want_given: bool) -> Tuple[Optional[str], Optional[str]]:
+    """The job to keep and a note, when the child is started inside a job
+    that holds GPUs now (the base's GPUMUTEX_JOB, gpumutex-run's rule,
+    src/cli/run.c): as a new job the child would queue behind its own
+    caller's GPUs. (None, None) for a new job."""
+    job = out.get(JOB)
+    if not job or not _JOB_ID.fullmatch(job):
+        return None, None
+    state, lease = _job.probe(out.get(LOCK_DIR, DEFAULT_LOCK_DIR), job)
+    if state == "none":
+        return None, None
+    if state == "taking":
+        return job, (f"the child runs inside job {job} ({JOB} of the base "
+                     f"environment), which is taking its GPUs: it joins that "
+                     f"job and shares them instead of waiting for GPUs its "
+                     f"own caller will hold; quiet=True hides this line")
+    why = _job.join_problem(job, lease, devices, want)
+    if why:
+        num = f"num_devices={want}" if want_given else f"{NUM}={want}"
+        raise ValueError(
+            f"the child would run inside job {job} ({JOB} of the base "
+            f"environment), which holds GPUs now, so it can only share "
+            f"them: as a new job it would wait for GPUs its own caller "
+            f"holds (for ever, if the caller waits for it); but {why} "
+            f"(devices {','.join(map(str, devices))}, {num}); give it "
+            f"settings that fit the job's GPUs, or a base environment "
+            f"without {JOB}")
+    held = ",".join(map(str, lease))
+    s = "" if len(lease) == 1 else "s"
+    return job, (f"the child runs inside job {job} ({JOB} of the base "
+                 f"environment), which holds GPU{s} {held}: it joins that "
+                 f"job and shares its GPUs instead of waiting for GPUs its "
+                 f"own caller holds; quiet=True hides this line")

@@ -59,8 +59,13 @@ static void help(void)
 "a value only that way (a word after it is COMMAND).\n"
 "\n"
 "Also set or read:\n"
-"  GPUMUTEX_JOB         always set to a fresh job id: each run is a new\n"
-"                       job, and the processes of a job share one lease\n"
+"  GPUMUTEX_JOB         set to a fresh job id: each run is a new job, and\n"
+"                       the processes of a job share one lease. Inside a\n"
+"                       job that holds GPUs now (an inherited\n"
+"                       GPUMUTEX_JOB), COMMAND joins that job instead, as a\n"
+"                       new job would wait for GPUs its own caller holds;\n"
+"                       flags that do not fit that job's GPUs are refused\n"
+"                       (exit 2)\n"
 "  GPUMUTEX_LIBRARY     the library to preload (default: libgpumutex.so in\n"
 "                       the directory of this program)\n"
 "  GPUMUTEX_RECHECK_MS  fallback re-check period while waiting (default\n"
@@ -181,6 +186,68 @@ static int take(const char *name, int argc, char **argv, int *i,
 	return 1;
 }
 
+static void list_format(char *buf, size_t len, const int *v, int n)
+{
+	size_t off = 0;
+
+	buf[0] = '\0';
+	for (int k = 0; k < n && off < len; k++)
+		off += (size_t)snprintf(buf + off, len - off, "%s%d",
+					k ? "," : "", v[k]);
+}
+
+/*
+ * Started inside a job (an inherited GPUMUTEX_JOB, `inherited`, "" if
+ * none) that holds a lease in our lock directory now, or is taking one,
+ * COMMAND as a new job would queue behind GPUs its own caller holds: for
+ * ever if the caller waits for it. So it joins that job instead: returns
+ * 1 (keep `inherited`), with a note on stderr unless cfg->quiet. Settings
+ * of ours (`cfg`, as the library will read them; `flag`: the flags given)
+ * that the job's lease cannot serve (gm_join_check) are refused at once:
+ * a message and -1. Otherwise, including a job we cannot check, 0: a new
+ * job.
+ */
+static int enclosing_job(const char *cmd, const char *inherited,
+			 const struct gm_config *cfg, const char *const *flag)
+{
+	struct gm_job_state js;
+	struct gm_config mine;
+	char err[GM_ERR_MAX], held[GM_MAX_DEVICES * 4];
+	int rc;
+
+	if (!inherited[0])
+		return 0;
+	rc = gm_job_probe(cfg->lock_dir, inherited, &js, err, sizeof err);
+	if (rc != 1 && rc != 2)
+		return 0;
+	if (rc == 2) {
+		if (!cfg->quiet)
+			fprintf(stderr,
+				PROG ": %s runs inside job %s (GPUMUTEX_JOB, inherited), which is taking its GPUs: it joins that job and shares them instead of waiting for GPUs its own caller will hold; --quiet hides this line\n",
+				cmd, inherited);
+		return 1;
+	}
+	mine = *cfg;
+	snprintf(mine.job, sizeof mine.job, "%s", inherited);
+	if (gm_join_check(&mine, js.devices, js.ndevices, NULL, err,
+			  sizeof err)) {
+		char list[GM_MAX_DEVICES * 4];
+		list_format(list, sizeof list, cfg->devices, cfg->ndevices);
+		fprintf(stderr,
+			PROG ": %s runs inside job %s (GPUMUTEX_JOB, inherited), which holds GPUs now, so it can only share them: as a new job it would wait for GPUs its own caller holds (for ever, if the caller waits for it); but %s (%s %s, %s %d); give it settings that fit the job's GPUs, or run it outside that job\n",
+			cmd, inherited, err,
+			flag[0] ? "--visible-devices" : "GPUMUTEX_VISIBLE_DEVICES", list,
+			flag[1] ? "--num-devices" : "GPUMUTEX_NUM_DEVICES", cfg->want);
+		return -1;
+	}
+	list_format(held, sizeof held, js.devices, js.ndevices);
+	if (!cfg->quiet)
+		fprintf(stderr,
+			PROG ": %s runs inside job %s (GPUMUTEX_JOB, inherited), which holds GPU%s %s: it joins that job and shares its GPUs instead of waiting for GPUs its own caller holds; --quiet hides this line\n",
+			cmd, inherited, js.ndevices == 1 ? "" : "s", held);
+	return 1;
+}
+
 int gm_run_main(int argc, char **argv)
 {
 	static const char *const names[] = { "--visible-devices",
@@ -192,6 +259,7 @@ int gm_run_main(int argc, char **argv)
 					    "GPUMUTEX_TIMEOUT" };
 	const char *flag[4] = { NULL, NULL, NULL, NULL };
 	char err[GM_ERR_MAX], lib[PATH_MAX], job[GM_JOB_MAX + 1];
+	char inherited[GM_JOB_MAX + 1] = "";
 	int devices[GM_MAX_DEVICES], ndevices = 0, want, q, i, rc;
 	const char *quiet = NULL;
 	double timeout;
@@ -276,8 +344,12 @@ int gm_run_main(int argc, char **argv)
 			goto nomem;
 	if (quiet && setenv("GPUMUTEX_QUIET", quiet, 1) != 0)
 		goto nomem;
-	/* Always a new job: a GPUMUTEX_JOB inherited from a caller that is
-	 * itself under gpumutex must not make this run share its lease. */
+	/* A new job (unless it runs inside one that holds GPUs: below). */
+	{
+		const char *v = getenv("GPUMUTEX_JOB");
+		if (v && gm_job_check("GPUMUTEX_JOB", v, NULL, 0) == 0)
+			snprintf(inherited, sizeof inherited, "%s", v);
+	}
 	gm_job_generate(job);
 	if (setenv("GPUMUTEX_JOB", job, 1) != 0)
 		goto nomem;
@@ -290,6 +362,12 @@ int gm_run_main(int argc, char **argv)
 		return usage_error("no GPUs to manage: pass --visible-devices LIST or set GPUMUTEX_VISIBLE_DEVICES");
 	if (rc)
 		return usage_error("%s", err);
+	/* Inside a job that holds GPUs now, COMMAND joins it instead. */
+	rc = enclosing_job(argv[i], inherited, &cfg, flag);
+	if (rc < 0)
+		return 2;
+	if (rc == 1 && setenv("GPUMUTEX_JOB", inherited, 1) != 0)
+		goto nomem;
 	/* Last, as it is the one check that leaves something behind: the
 	 * lock directory and the device files, made and checked as the
 	 * library's first claim would (a directory that is a symlink, a file,

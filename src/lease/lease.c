@@ -882,8 +882,16 @@ int gm_lease_acquire(const struct gm_config *cfg,
 	if (rc == 0) {
 		rc = join(&a, &r, out);
 		if (rc == 1) {
+			/* The lease is alive, so it is the job's and cannot
+			 * change: a process it does not fit gets nothing (a
+			 * claim would wait for its own job's GPUs). */
+			rc = gm_join_check(cfg, out->devices, out->ndevices,
+					   &out->usable, err, errlen);
+			if (rc) {
+				drop(out->fds, out->ndevices);
+				goto out;
+			}
 			record_add_member(&a);
-			rc = 0;
 			goto out;
 		}
 		if (rc < 0)
@@ -897,6 +905,8 @@ int gm_lease_acquire(const struct gm_config *cfg,
 	 * hold its job lock. */
 	dead = 1;
 	rc = claim(&a, out);
+	for (int i = 0; rc == 0 && i < out->ndevices; i++)
+		out->usable |= UINT64_C(1) << out->devices[i];
 	if (rc == 0 && hooks && hooks->on_granted)
 		hooks->on_granted(hooks->arg, out);
 	if (rc == 0)

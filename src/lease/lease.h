@@ -16,6 +16,7 @@
 #ifndef GPUMUTEX_LEASE_H
 #define GPUMUTEX_LEASE_H
 
+#include <errno.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
@@ -105,6 +106,10 @@ struct gm_lease {
 	uint64_t ticket;             /* this process's place in line; 0 if it joined */
 	int joined;                  /* 1: joined the job's live lease */
 	int fds[GM_MAX_DEVICES];     /* the descriptors that hold the lease */
+	uint64_t usable;             /* bit i: device i is one this process may
+	                              * use, i.e. one of its candidates; every
+	                              * device for a claimer, those
+	                              * gm_join_check allows for a joiner */
 };
 
 /* What a caller may learn while gm_lease_acquire runs. */
@@ -136,7 +141,12 @@ struct gm_acquire_hooks {
  * On success fills `out` and returns 0: the lease lives as long as the
  * descriptors in out->fds stay open in this process or in forked
  * children; they are O_CLOEXEC and nothing here ever closes them.
- * Errors: -ETIMEDOUT after cfg->timeout_s; -EINVAL, -EACCES, -ELOOP,
+ * A joiner holds the whole lease (so that it stays one lease), but may
+ * use only out->usable: the lease's devices among its own candidates.
+ * Errors: -GM_EJOIN when the job's lease is alive but does not fit this
+ * process (gm_join_check: none of its devices, or fewer than cfg->want,
+ * are among cfg->devices): the process is not a member and must not use
+ * any GPU; -ETIMEDOUT after cfg->timeout_s; -EINVAL, -EACCES, -ELOOP,
  * -ENOTDIR, -EPERM, -ENOSPC or another errno when the lock directory is
  * unusable (the message says why). On any error nothing is left behind:
  * no descriptor, no lock, no ticket.
@@ -144,6 +154,43 @@ struct gm_acquire_hooks {
 int gm_lease_acquire(const struct gm_config *cfg,
 		     const struct gm_acquire_hooks *hooks,
 		     struct gm_lease *out, char *err, size_t errlen);
+
+/* gm_lease_acquire's and gm_join_check's "does not fit" (EXDEV, which no
+ * step of the protocol returns otherwise). */
+#define GM_EJOIN EXDEV
+
+/*
+ * May a process configured by `cfg` join its job's live lease on
+ * `devices` (`ndevices` of them)? It may use the lease's devices that are
+ * among its candidates cfg->devices, and needs cfg->want of them: a job's
+ * lease cannot grow or move, so a process of the job that wants more, or
+ * other GPUs, than the lease holds cannot be served by it. Sets *usable
+ * (if given) to those devices as a bit set. Returns 0, or -GM_EJOIN with
+ * a message naming the job, the lease's devices and the process's own.
+ */
+int gm_join_check(const struct gm_config *cfg, const int *devices,
+		  int ndevices, uint64_t *usable, char *err, size_t errlen);
+
+/* What a job of this user is doing in a lock directory (gm_job_probe). */
+struct gm_job_state {
+	uint64_t lease_id;           /* its live lease, when there is one */
+	int devices[GM_MAX_DEVICES]; /* the lease's devices, ascending */
+	int ndevices;                /* 0 unless gm_job_probe returned 1 */
+};
+
+/*
+ * Does job `job` of this user (euid) hold a lease in `lock_dir` now?
+ * For launchers started inside a job (gpumutex-run, the Python package):
+ * a command they start as a new job would queue behind the GPUs its own
+ * caller holds. Takes no lock and creates nothing (F_OFD_GETLK probes and
+ * a read of the job's record, trusted only if it is ours).
+ * Returns 1 when the job has a live lease (`out` names it), 2 when it has
+ * none but one of its processes holds the job lock (it is taking one),
+ * 0 when neither (also when the directory does not exist), -EINVAL for a
+ * malformed job id, or another -errno when it cannot be told.
+ */
+int gm_job_probe(const char *lock_dir, const char *job,
+		 struct gm_job_state *out, char *err, size_t errlen);
 
 /*
  * For a child forked while another thread of its parent was inside
