@@ -114,7 +114,7 @@ $(B)/bench/cuprobe_bench: bench/cuprobe_bench.c
 	@mkdir -p $(dir $@)
 	$(CC) $(WARN) $(CFLAGS) -o $@ $< -ldl
 
-bench: all $(B)/bench/handoff $(B)/bench/cuprobe_bench
+bench: all fakecuda $(B)/demo/fakejob $(B)/bench/handoff $(B)/bench/cuprobe_bench
 	$(PYTHON) bench/bench.py
 	$(PYTHON) bench/gpu_bench.py
 
