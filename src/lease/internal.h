@@ -30,6 +30,9 @@
 /* Records are read whole up to this size; members are appended only
  * while a record is below 3/8 of it, so it cannot grow for ever. */
 #define GM_RECORD_MAX 4096
+/* The pool `gpumutex init` declares, in the lock directory itself:
+ * "gpumutex-pool 1\ndevices=<list>\n" (gm_lockdir_declare). */
+#define GM_POOL_FILE "pool"
 
 /* Format into err (if any) and return rc: `return gm__fail(-EINVAL, ...)`. */
 int gm__fail(int rc, char *err, size_t errlen, const char *fmt, ...)

@@ -110,7 +110,8 @@ static int open_dir(int parent, const char *name, const char *path,
 		if (fd >= 0)
 			break;
 		if (errno == ENOTDIR || errno == ELOOP) {
-			/* O_DIRECTORY|O_NOFOLLOW says ENOTDIR for a symlink. */
+			/* O_DIRECTORY|O_NOFOLLOW says ENOTDIR for a symlink;
+			 * ENOTDIR also comes from a file higher up the path. */
 			struct stat st;
 			int r = gm__fstatat(parent < 0 ? AT_FDCWD : parent,
 					    name, &st, AT_SYMLINK_NOFOLLOW);
@@ -118,8 +119,12 @@ static int open_dir(int parent, const char *name, const char *path,
 				return gm__fail(-ELOOP, err, errlen,
 						"%s is a symbolic link; gpumutex refuses to follow it (set GPUMUTEX_LOCK_DIR to a real directory)",
 						path);
+			if (r == 0)
+				return gm__fail(-ENOTDIR, err, errlen,
+						"%s exists but is not a directory", path);
 			return gm__fail(-ENOTDIR, err, errlen,
-					"%s exists but is not a directory", path);
+					"cannot open lock directory %s: a component of the path above it is not a directory",
+					path);
 		}
 		if (errno != ENOENT || !create || tries > 2)
 			return gm__fail(-errno, err, errlen,
@@ -492,4 +497,43 @@ int gm_lockdir_prepare(const struct gm_config *cfg, char *err, size_t errlen)
 	}
 	gm__dir_close(&d);
 	return rc;
+}
+
+int gm_lockdir_declare(const struct gm_config *cfg, char *err, size_t errlen)
+{
+	struct gm__dir d;
+	char tmp[64], buf[GM_MAX_DEVICES * 4 + 64];
+	size_t off;
+	int fd, rc = gm__dir_open(cfg->lock_dir, 0, &d, err, errlen);
+
+	if (rc)
+		return rc;
+	off = (size_t)snprintf(buf, sizeof buf, "gpumutex-pool 1\ndevices=");
+	for (int i = 0; i < cfg->ndevices; i++)
+		off += (size_t)snprintf(buf + off, sizeof buf - off, "%s%d",
+					i ? "," : "", cfg->devices[i]);
+	off += (size_t)snprintf(buf + off, sizeof buf - off, "\n");
+	/* Whole or not at all: written under a name of ours, then renamed
+	 * over the old declaration, so a reader sees one or the other. */
+	snprintf(tmp, sizeof tmp, ".tmp." GM_POOL_FILE ".%d", (int)getpid());
+	unlinkat(d.root, tmp, 0);
+	errno = 0;
+	fd = openat(d.root, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW |
+		    O_CLOEXEC, 0644);
+	if (fd < 0 || fchmod(fd, 0644) < 0 ||
+	    write(fd, buf, off) != (ssize_t)off ||
+	    renameat(d.root, tmp, d.root, GM_POOL_FILE) < 0) {
+		rc = errno ? -errno : -EIO;
+		if (fd >= 0)
+			close(fd);
+		unlinkat(d.root, tmp, 0);
+		gm__dir_close(&d);
+		return gm__fail(rc, err, errlen,
+				"cannot write %s/" GM_POOL_FILE ": %s%s", cfg->lock_dir,
+				strerror(-rc), rc == -EPERM || rc == -EACCES ?
+				" (another user declared the pool: run gpumutex init as that user or as root)" : "");
+	}
+	close(fd);
+	gm__dir_close(&d);
+	return 0;
 }
