@@ -12,10 +12,10 @@
  * the descriptors of acquires in progress (gm_lease_forget_inflight). All
  * descriptors are O_CLOEXEC. Functions are safe to call from several
  * threads at once as long as they do not share a struct. They keep their
- * stack use small (about 1 KiB per frame at most; paths, records and
- * working sets are on the heap), because the preload library calls them
- * from cuInit on threads whose stacks can be 16 KiB; so ENOMEM is one more
- * possible error.
+ * stack use small (no frame over 2 KiB, which the build enforces; paths,
+ * records and working sets are on the heap), because the preload library
+ * calls them from cuInit on threads whose stacks can be 16 KiB; so ENOMEM
+ * is one more possible error.
  */
 #ifndef GPUMUTEX_LEASE_H
 #define GPUMUTEX_LEASE_H
