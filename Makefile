@@ -19,7 +19,8 @@ LEASE_HDR := $(wildcard src/lease/*.h)
 LEASE_OBJ := $(patsubst src/%.c,$(B)/obj/%.o,$(LEASE_SRC))
 LEASE_SAN := $(patsubst src/%.c,$(B)/san/%.o,$(LEASE_SRC))
 
-TEST_BINS := $(B)/tests/lease-unit $(B)/tests/lease-holder
+TEST_BINS := $(B)/tests/lease-unit $(B)/tests/lease-holder \
+             $(B)/tests/crashshim.so
 SAN_BINS  := $(B)/tests/lease-unit-san $(B)/tests/lease-holder-san
 
 CLI_SRC := src/cli/gpumutex.c src/cli/status.c src/cli/run.c
@@ -70,6 +71,11 @@ $(B)/liblease-san.a: $(LEASE_SAN)
 $(B)/tests/%: tests/lease/%.c $(B)/liblease.a $(LEASE_HDR) tests/lease/testjournal.h
 	@mkdir -p $(dir $@)
 	$(CC) $(WARN) $(CFLAGS) -pthread -Isrc/lease -o $@ $< $(B)/liblease.a
+
+# The crash-sweep shim (LD_PRELOAD; tests/test_crash_sweep.py).
+$(B)/tests/crashshim.so: tests/stress/crashshim.c
+	@mkdir -p $(dir $@)
+	$(CC) $(WARN) $(CFLAGS) -fPIC -shared -o $@ $< -ldl
 
 $(B)/tests/%-san: tests/lease/%.c $(B)/liblease-san.a $(LEASE_HDR) tests/lease/testjournal.h
 	@mkdir -p $(dir $@)

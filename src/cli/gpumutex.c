@@ -70,8 +70,11 @@ int gm_init_main(int argc, char **argv)
 		else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
 			printf("usage: gpumutex init [--lock-dir DIR] [--visible-devices LIST]\n"
 			       "Create the lock directory (mode 1777) and the device files of\n"
-			       "LIST (default $GPUMUTEX_VISIBLE_DEVICES) now. Run as root, the\n"
-			       "files belong to root and no other user can remove them.\n");
+			       "LIST (default $GPUMUTEX_VISIBLE_DEVICES) now. Run as root, it\n"
+			       "makes them root's (taking over an existing lock directory, also\n"
+			       "while in use): the directory and dev/ mode 0755, queue/ and job/\n"
+			       "1777. No other user can then remove, replace or add a device\n"
+			       "file; GPUs not in LIST are refused.\n");
 			return 0;
 		} else {
 			fprintf(stderr, "gpumutex init: unknown argument '%s'\n", argv[i]);

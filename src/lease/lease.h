@@ -148,7 +148,11 @@ void gm_lease_forget_inflight(void);
 /*
  * Prepare the lock directory and the device files of cfg->devices, with
  * the checks gm_lease_acquire makes (symlinks, owners, modes). Used by
- * `gpumutex init` (run as root, it makes files nobody else can remove).
+ * `gpumutex init`. Run as root, it also makes the directories, the device
+ * files and queue/seq root's (taking over existing ones, safely while in
+ * use), with the lock directory and dev/ at mode 0755: nobody else can
+ * then remove, replace or add a device file (docs/design.md, "Users and
+ * permissions").
  */
 int gm_lockdir_prepare(const struct gm_config *cfg, char *err, size_t errlen);
 

@@ -7,6 +7,7 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -134,6 +135,13 @@ int gm__still_linked(int dirfd, const char *name, int fd)
 	    gm__fstatat(dirfd, name, &b, AT_SYMLINK_NOFOLLOW) < 0)
 		return 0;
 	return a.st_dev == b.st_dev && a.st_ino == b.st_ino;
+}
+
+void gm__tmp_name(char *buf, size_t len)
+{
+	/* Random, so that nobody can make the name first on purpose. */
+	snprintf(buf, len, ".tmp.%d.%016" PRIx64, (int)getpid(),
+		 gm__random_u64());
 }
 
 static int64_t clock_ns(clockid_t id)
