@@ -46,7 +46,7 @@ portability: $(B)/libgpumutex.so
 	bash tools/portability.sh
 
 .PHONY: check check-unit check-san check-py clean lint demo \
-        bench sanitizer-tests
+        bench sanitizer-tests stress
 
 $(B)/obj/%.o: src/%.c $(LEASE_HDR)
 	@mkdir -p $(dir $@)
@@ -98,6 +98,12 @@ check-py: all $(SAN_BINS)
 
 check: check-unit check-san check-py
 
+# The slow tests (tests/stress): crash-point sweeps over every C library
+# call of a claim, and many users with kills and planted files. A few
+# minutes on two cores.
+stress: all $(SAN_BINS)
+	$(PYTHON) -m pytest -q -m stress tests
+
 $(B)/demo/fakejob: demo/fakejob.c $(B)/tests/fakecuda/libcuda.so
 	@mkdir -p $(dir $@)
 	$(CC) $(WARN) $(CFLAGS) -o $@ $< -L$(B)/tests/fakecuda -lcuda
@@ -126,7 +132,8 @@ gpu-check: all
 lint:
 	cppcheck --quiet --error-exitcode=1 --enable=warning,portability \
 	  --std=c11 --inline-suppr -Isrc/lease -Isrc/cli \
-	  src/lease src/preload src/cli tests/lease tests/preload bench demo
+	  src/lease src/preload src/cli tests/lease tests/preload tests/stress \
+	  bench demo
 	shellcheck .ci/run tools/*.sh tests/fakecuda/gen-stubs.sh
 
 clean:
