@@ -33,7 +33,7 @@ CLI_HDR := $(wildcard src/cli/*.h)
 all: $(B)/liblease.a $(TEST_BINS) $(B)/gpumutex $(B)/libgpumutex.so \
      $(B)/gpumutex-run
 
-.PHONY: gate portability
+.PHONY: gate portability distro-check
 # The load gate (glibc floor, NEEDED, exports): docs/portability.md. The
 # build already ran it on the way to build/libgpumutex.so; this target runs
 # it again, on the file as it is now.
@@ -44,6 +44,13 @@ gate: $(B)/libgpumutex.so
 # and Debian's package mirror the first time (the root is then cached).
 portability: $(B)/libgpumutex.so
 	bash tools/portability.sh
+
+# Build and test in a Debian trixie root (gcc 14, glibc 2.41) holding only
+# .ci/packages, check the glibc floor of what it built, load that library
+# on bullseye, and build it with bullseye's gcc 10: docs/portability.md.
+# Needs root, debootstrap and Debian's package mirror the first time.
+distro-check:
+	bash tools/distro-build.sh
 
 .PHONY: check check-unit check-san check-py clean lint demo \
         bench sanitizer-tests stress
@@ -119,7 +126,7 @@ $(B)/bench/cuprobe_bench: bench/cuprobe_bench.c
 	@mkdir -p $(dir $@)
 	$(CC) $(WARN) $(CFLAGS) -o $@ $< -ldl
 
-bench: all $(B)/bench/handoff $(B)/bench/cuprobe_bench
+bench: all fakecuda $(B)/demo/fakejob $(B)/bench/handoff $(B)/bench/cuprobe_bench
 	$(PYTHON) bench/bench.py
 	$(PYTHON) bench/gpu_bench.py
 

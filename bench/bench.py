@@ -19,6 +19,7 @@ import time
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BUILD = os.path.join(REPO, "build")
 sys.path.insert(0, os.path.join(REPO, "tests", "lib"))
+sys.path.insert(0, os.path.join(REPO, "bench"))
 import journal as J  # noqa: E402
 
 ROWS = []
@@ -103,6 +104,8 @@ def main():
     try:
         bench_handoff(tmp)
         bench_scale(tmp)
+        import queue_bench
+        queue_bench.run(tmp, row)
         extra = os.path.join(REPO, "bench", "preload_bench.py")
         if os.path.exists(os.path.join(BUILD, "libgpumutex.so")) and \
                 os.path.exists(extra):

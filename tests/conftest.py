@@ -72,3 +72,15 @@ def fake_driver_env(tmp_path, **overrides):
              GPUMUTEX_TIMEOUT="30")
     e.update(overrides)
     return e
+
+
+def readme_build_line():
+    """The one-line build the README gives under "Install" (without make),
+    exactly as written there."""
+    import re
+    with open(os.path.join(REPO, "README.md")) as f:
+        text = f.read()
+    install = text.split("\n## Install\n", 1)[1].split("\n## ", 1)[0]
+    lines = re.findall(r"^`(cc -shared [^`]*)`$", install, re.M)
+    assert len(lines) == 1, f"README's Install section has {len(lines)} cc lines"
+    return lines[0]

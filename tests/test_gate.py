@@ -2,11 +2,12 @@
 deliberately bad build, naming the property that failed."""
 
 import os
+import shutil
 import subprocess
 
 import pytest
 
-from conftest import REPO
+from conftest import REPO, readme_build_line
 
 GATE = os.path.join(REPO, "tools", "gate.sh")
 
@@ -99,3 +100,21 @@ def test_missing_export_and_soname(tmp_path):
     assert r.returncode == 1
     assert "no SONAME" in r.stderr
     assert "does not export documented symbols: dlsym" in r.stderr
+
+
+def test_readme_one_line_build_passes_the_gate(tmp_path):
+    """The README's build without make, run as written in a copy of src/
+    (no build/ directory, no Makefile), gives a library the gate accepts;
+    docs/preload.md gives the same line."""
+    line = readme_build_line()
+    with open(os.path.join(REPO, "docs", "preload.md")) as f:
+        assert "    " + line + "\n" in f.read()
+    shutil.copytree(os.path.join(REPO, "src"), tmp_path / "src")
+    r = subprocess.run(line, shell=True, cwd=tmp_path, capture_output=True,
+                       text=True)
+    assert r.returncode == 0, r.stderr
+    r = subprocess.run(["bash", GATE, str(tmp_path / "libgpumutex.so"),
+                        os.path.join(REPO, "src", "preload", "exports.list")],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "gate: ok" in r.stdout

@@ -131,8 +131,11 @@ def test_random_sigkill_rounds(built, lockdir, journal, holder):
     for rnd in range(rounds):
         procs = []
         for i in range(10):
-            want = rng.choice([1, 1, 2])
-            job = f"r{rnd}j{rng.randrange(6)}"  # some share a job: joiners
+            k = rng.randrange(6)
+            job = f"r{rnd}j{k}"  # some share a job: joiners
+            # One want per job: a process that wants more than its job's
+            # lease is refused (tests/test_join.py), not served.
+            want = 2 if k % 3 == 2 else 1
             env = jobs.job_env(lockdir, journal, devices=devices, want=want,
                                job=job)
             procs.append(jobs.start(holder, env, ["--ticks",
@@ -382,3 +385,27 @@ def test_other_users_cannot_steal_or_delete(built, shared_tmp):
     ev = J.parse(journal)
     J.check_exclusive(ev)
     assert [int(e["pid"]) for e in J.grants(ev)] == [a.pid, bwait.pid]
+
+
+def test_timeout_zero_never_reports_waiting(built, lockdir, journal):
+    """With GPUMUTEX_TIMEOUT=0 the on_wait hook is not called, whether the
+    device is held by another job or the job lock by a process of the same
+    job: no ev=wait in the journal, exit 3 (timed out), and the message
+    says it did not wait."""
+    env = jobs.job_env(lockdir, journal, devices="0", job="H")
+    h = jobs.start(HOLDER, env, ready=True, hold=True)
+    assert h.ready()
+    same = jobs.start(HOLDER, dict(env, GPUMUTEX_JOB="X"), waiting=True)
+    assert same.waited()  # at the head, holding X's job lock
+    for job in ("Y", "X"):
+        p = subprocess.run([HOLDER], env=dict(env, GPUMUTEX_JOB=job,
+                                              GPUMUTEX_TIMEOUT="0"),
+                           capture_output=True, text=True, timeout=60)
+        assert p.returncode == 3, p.stderr
+        assert "GPUMUTEX_TIMEOUT=0 says not to wait" in p.stderr, p.stderr
+        assert not [e for e in J.parse(journal)
+                    if e["ev"] == "wait" and e["job"] == job and
+                    int(e["pid"]) != same.pid], job
+    h.release()
+    assert h.wait() == 0
+    assert same.wait() == 0

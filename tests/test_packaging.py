@@ -91,7 +91,12 @@ def test_sdist_builds_a_wheel_on_its_own(built, tmp_path):
     checkout, it builds (make, then the gate) a wheel whose library loads."""
     sdist = backend("build_sdist", tmp_path)
     with tarfile.open(sdist) as tar:
-        tar.extractall(tmp_path / "src")
+        for member in tar.getmembers():  # only plain files, inside the top
+            assert member.isfile() and member.name.startswith(
+                "gpumutex-0.1.0/") and "/../" not in member.name, member.name
+        # The "data" filter where this Python has it (3.12+, some 3.11.x).
+        kw = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}
+        tar.extractall(tmp_path / "src", **kw)
     top = tmp_path / "src" / "gpumutex-0.1.0"
     assert (top / "PKG-INFO").is_file()
     assert (top / "pyproject.toml").is_file()

@@ -336,3 +336,34 @@ def test_init_as_root_takes_the_directory_over(built, shared):
     r = claim(lockdir, journal, USER_B, devices="5")
     assert r.returncode == 4 and "dev/5" in r.stderr, r.stderr
     J.check_exclusive(J.parse(journal))
+
+
+def test_probes_find_a_moved_job_directory(built, shared):
+    """When another user took job/<uid>, the user's job files live in
+    job/<uid>.<hex>; a launcher's probe (gm_job_probe in gpumutex-run, and
+    the Python package's) finds the job's live lease there too."""
+    from conftest import REPO
+    lockdir, journal = os.path.join(shared, "locks"), os.path.join(
+        shared, "journal")
+    used_before(lockdir, journal)
+    plant(os.path.join(lockdir, "job", str(USER_A)), "dir755")
+    held = start(lockdir, journal, USER_A, "J", ready=True, hold=True)
+    assert held.ready()
+    assert os.path.basename(jobs.job_dir(lockdir, USER_A)) != str(USER_A)
+    env = jobs.job_env(lockdir, journal, devices="0", job="J")
+    r = subprocess.run([jobs.for_user(os.path.join(BUILD, "gpumutex-run"),
+                                      USER_A), "--", "true"], env=env,
+                       preexec_fn=jobs.as_user(USER_A), capture_output=True,
+                       text=True, timeout=jobs.HANG_GUARD)
+    assert r.returncode == 0 and "which holds GPU 0" in r.stderr, r.stderr
+    code = ("import sys; sys.path.insert(0, sys.argv[1]); "
+            "from gpumutex import _job; print(_job.probe(sys.argv[2], 'J'))")
+    shutil.copytree(os.path.join(REPO, "python", "gpumutex"),
+                    os.path.join(shared, "py", "gpumutex"))
+    r = subprocess.run(["/usr/bin/python3", "-c", code,
+                        os.path.join(shared, "py"), lockdir],
+                       preexec_fn=jobs.as_user(USER_A), capture_output=True,
+                       text=True, timeout=jobs.HANG_GUARD)
+    assert r.stdout.strip() == "('leased', [0])", r.stdout + r.stderr
+    held.release()
+    assert held.wait() == 0

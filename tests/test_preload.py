@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import fake_driver_env
+from conftest import fake_driver_env, readme_build_line
 
 REPO = Path(__file__).resolve().parent.parent
 B = REPO / "build"
@@ -183,8 +183,14 @@ def test_rtld_next_cuinit_from_a_library(env):
     assert kv(res.stdout)["shim-next-is-two"] == "1"
 
 
-def test_not_configured_is_pass_through(env, tmp_path):
-    del env["GPUMUTEX_VISIBLE_DEVICES"]
+@pytest.mark.parametrize("how", ["unset", "empty"])
+def test_not_configured_is_pass_through(env, tmp_path, how):
+    """Unset or empty GPUMUTEX_VISIBLE_DEVICES: the library does nothing,
+    even with other variables malformed."""
+    if how == "unset":
+        del env["GPUMUTEX_VISIBLE_DEVICES"]
+    else:
+        env.update(GPUMUTEX_VISIBLE_DEVICES="", GPUMUTEX_NUM_DEVICES="x")
     res = run([T / "cuprobe", "dlopen"], env)
     assert kv(res.stdout)["rc"] == "0"
     ev = inits(env)
@@ -288,12 +294,13 @@ def test_exports_and_dependencies(built):
 
 
 def test_standalone_one_line_build(env, tmp_path):
-    """The build line docs/preload.md gives, without make."""
+    """The build line the README (and docs/preload.md) give, without make:
+    the library it makes does the job (test_gate.py checks it passes the
+    load gate)."""
+    shutil.copytree(REPO / "src", tmp_path / "src")
     out = tmp_path / "libgpumutex.so"
-    line = ("cc -shared -fPIC -fvisibility=hidden -o %s src/preload/*.c "
-            "src/lease/*.c -Isrc/lease -ldl -lpthread" % out)
-    r = subprocess.run(line, shell=True, cwd=REPO, capture_output=True,
-                       text=True)
+    r = subprocess.run(readme_build_line(), shell=True, cwd=tmp_path,
+                       capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     e = dict(env, LD_PRELOAD=str(out))
     assert_caught(env, run([T / "cuprobe", "dlopen"], e, preload=False))
@@ -305,7 +312,6 @@ def test_standalone_one_line_build(env, tmp_path):
 # ---- Configuration and failure --------------------------------------------
 
 BAD = [
-    ("GPUMUTEX_VISIBLE_DEVICES", ""),
     ("GPUMUTEX_VISIBLE_DEVICES", "0,,1"),
     ("GPUMUTEX_VISIBLE_DEVICES", "a"),
     ("GPUMUTEX_VISIBLE_DEVICES", "-1"),
@@ -317,6 +323,9 @@ BAD = [
     ("GPUMUTEX_LOCK_DIR", "relative/dir"),
     ("GPUMUTEX_TIMEOUT", "soon"),
     ("GPUMUTEX_JOB", "no spaces"),
+    ("GPUMUTEX_QUIET", "false"),
+    ("GPUMUTEX_QUIET", "no"),
+    ("GPUMUTEX_QUIET", ""),
 ]
 
 
@@ -423,6 +432,29 @@ def test_timeout_and_waiting_message(env):
     assert kv(res.stdout)["rc"] == "100"
     assert "waits for" not in res.stderr
     assert "GPUMUTEX_TIMEOUT" in res.stderr
+    assert h.release() == 0
+
+
+@pytest.mark.parametrize("how", ["variable", "gpumutex-run"])
+def test_timeout_zero_does_not_say_it_waits(env, how):
+    """GPUMUTEX_TIMEOUT=0 (or --timeout 0) on busy GPUs: cuInit fails at
+    once with CUDA_ERROR_NO_DEVICE and one line saying why; no "waits for"
+    line, since the process never waits."""
+    env["GPUMUTEX_NUM_DEVICES"] = "2"
+    h = Holder(env)
+    if how == "variable":
+        res = run([T / "cuprobe", "dlopen"], dict(env, GPUMUTEX_TIMEOUT="0"))
+    else:
+        res = grun(["--timeout", "0", "--", T / "cuprobe", "dlopen"], env)
+    assert kv(res.stdout)["rc"] == "100", res.stdout + res.stderr
+    lines = res.stderr.splitlines()
+    assert len(lines) == 1, lines
+    assert "waits for" not in lines[0]
+    assert lines[0].startswith("gpumutex: could not get 2 of GPUs 0,1 at "
+                               "once, and GPUMUTEX_TIMEOUT=0 says not to "
+                               "wait"), lines
+    assert "CUDA_ERROR_NO_DEVICE" in lines[0]
+    assert len(inits(env)) == 1  # only the holder's
     assert h.release() == 0
 
 
@@ -695,6 +727,11 @@ def test_run_usage_errors(env, args):
 
 
 def test_run_checks_variables_too(env):
+    env["GPUMUTEX_QUIET"] = "off"
+    r = grun(["--", "true"], env)
+    assert r.returncode == 2, r.stderr
+    assert 'GPUMUTEX_QUIET="off"' in r.stderr and "expected 1" in r.stderr
+    del env["GPUMUTEX_QUIET"]
     env["GPUMUTEX_NUM_DEVICES"] = "9"
     r = grun(["--", "true"], env)
     assert r.returncode == 2 and "GPUMUTEX_NUM_DEVICES" in r.stderr
@@ -702,6 +739,88 @@ def test_run_checks_variables_too(env):
     del env["GPUMUTEX_NUM_DEVICES"]
     r = grun(["--", "true"], env)
     assert r.returncode == 2 and "--visible-devices" in r.stderr
+
+
+@pytest.mark.parametrize("var,value", [
+    ("GPUMUTEX_RECHECK_MS", "soon"), ("GPUMUTEX_RECHECK_MS", "-1"),
+    ("GPUMUTEX_RECHECK_MS", "86400001"), ("GPUMUTEX_QUIET", "yes"),
+    ("GPUMUTEX_LOCK_DIR", "x" * 10),
+])
+def test_run_checks_variables_without_a_flag(env, tmp_path, var, value):
+    """Variables gpumutex-run has no flag for are checked as the library
+    reads them: exit 2 naming the variable, and the command never runs
+    (rather than running with a cuInit that fails)."""
+    marker = tmp_path / "ran"
+    env[var] = value
+    r = grun(["--", "touch", marker], env)
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.startswith("gpumutex-run: ")
+    assert '%s="%s"' % (var, value) in r.stderr
+    assert not marker.exists()
+
+
+@pytest.mark.parametrize("kind", ["file", "symlink", "open-dir",
+                                  "parent-is-a-file"])
+def test_run_checks_the_lock_directory(env, tmp_path, kind):
+    """An unusable lock directory is gpumutex-run's setup error (exit 2,
+    the path and the reason in the message), not CUDA_ERROR_NO_DEVICE in
+    the command's cuInit."""
+    bad = tmp_path / "bad"
+    why = {"file": "exists but is not a directory",
+           "symlink": "symbolic link", "open-dir": "unsafe permissions",
+           "parent-is-a-file": "a component of the path above it is not a "
+                               "directory"}
+    if kind == "file":
+        bad.write_text("")
+    elif kind == "symlink":
+        (tmp_path / "real").mkdir()
+        bad.symlink_to(tmp_path / "real")
+    elif kind == "open-dir":
+        bad.mkdir()
+        bad.chmod(0o777)  # writable by all, not sticky
+    else:
+        (tmp_path / "parent").write_text("")
+        bad = tmp_path / "parent" / "locks"
+    marker = tmp_path / "ran"
+    for args in (["--lock-dir", bad], []):
+        e = dict(env) if args else dict(env, GPUMUTEX_LOCK_DIR=str(bad))
+        r = grun(args + ["--", "touch", marker], e)
+        assert r.returncode == 2, r.stderr
+        assert r.stderr.startswith("gpumutex-run: cannot use the lock "
+                                   "directory %s (%s)" % (
+                                       bad, "--lock-dir" if args else
+                                       "GPUMUTEX_LOCK_DIR")), r.stderr
+        assert why[kind] in r.stderr, r.stderr
+        assert not marker.exists()
+
+
+def test_run_makes_a_missing_lock_directory(env, tmp_path):
+    """As the command's first cuInit would: mode 1777, with the device
+    files of the managed GPUs; then the command runs."""
+    d = tmp_path / "new" / "locks"
+    (tmp_path / "new").mkdir()
+    r = grun(["--lock-dir", d, "--visible-devices", "0,3", "--", "true"], env)
+    assert r.returncode == 0, r.stderr
+    assert (d.stat().st_mode & 0o7777) == 0o1777
+    assert sorted(os.listdir(d / "dev")) == ["0", "3"]
+
+
+def test_run_refuses_an_empty_visible_devices(env, tmp_path):
+    """Empty GPUMUTEX_VISIBLE_DEVICES is "not configured" for the library;
+    gpumutex-run, whose job is to queue the command, refuses it (exit 2,
+    the command does not run) unless --visible-devices is given."""
+    marker = tmp_path / "ran"
+    env["GPUMUTEX_VISIBLE_DEVICES"] = ""
+    r = grun(["--", "touch", marker], env)
+    assert r.returncode == 2, r.stderr
+    assert "GPUMUTEX_VISIBLE_DEVICES is empty" in r.stderr
+    assert "--visible-devices" in r.stderr
+    assert not marker.exists()
+    r = grun(["--visible-devices=", "--", "touch", marker], env)
+    assert r.returncode == 2 and "--visible-devices is empty" in r.stderr
+    assert not marker.exists()
+    out = kv(grun(["--visible-devices", "1", "--", "env"], env).stdout)
+    assert out["GPUMUTEX_VISIBLE_DEVICES"] == "1"
 
 
 def test_run_sets_the_environment(env, tmp_path):

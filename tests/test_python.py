@@ -178,8 +178,11 @@ def test_environ_returns_a_new_dict(native):
     assert env["LD_PRELOAD"] == os.path.realpath(LIBRARY)
     # Floats are written without an exponent (the core wants digits and a
     # dot); ints as ints.
+    # At most the 18 fraction digits the core takes (1e-20 s is 0).
     for value, text in ((1e-7, "0.0000001"), (30, "30"), (2.5, "2.5"),
-                        (1e9, "1000000000.0"), (-0.0, "0.0")):
+                        (1e9, "1000000000.0"), (-0.0, "0.0"),
+                        (1e-20, "0.000000000000000000"),
+                        (1.5e-18, "0.000000000000000002")):
         assert gpumutex.environ(visible_devices="0", timeout=value,
                                 env={})["GPUMUTEX_TIMEOUT"] == text
 
@@ -229,12 +232,17 @@ BAD = [
 BAD_INHERITED = [
     # (variables of the base environment, fragments)
     ({"GPUMUTEX_VISIBLE_DEVICES": "0,x"}, ["GPUMUTEX_VISIBLE_DEVICES", "'0,x'"]),
+    # Empty is "not configured" (as for the library): no devices to queue.
+    ({"GPUMUTEX_VISIBLE_DEVICES": ""},
+     ["visible_devices is required", "GPUMUTEX_VISIBLE_DEVICES is set but empty"]),
     ({"GPUMUTEX_VISIBLE_DEVICES": "0", "GPUMUTEX_NUM_DEVICES": "2"},
      ["GPUMUTEX_NUM_DEVICES", "'2'"]),
     ({"GPUMUTEX_VISIBLE_DEVICES": "0", "GPUMUTEX_LOCK_DIR": "rel"},
      ["GPUMUTEX_LOCK_DIR", "'rel'"]),
     ({"GPUMUTEX_VISIBLE_DEVICES": "0", "GPUMUTEX_TIMEOUT": "-1"},
      ["GPUMUTEX_TIMEOUT", "'-1'"]),
+    ({"GPUMUTEX_VISIBLE_DEVICES": "0", "GPUMUTEX_QUIET": "false"},
+     ["GPUMUTEX_QUIET", "'false'", "expected 1"]),
     ({"GPUMUTEX_VISIBLE_DEVICES": "0", "GPUMUTEX_RECHECK_MS": "soon"},
      ["GPUMUTEX_RECHECK_MS", "'soon'"]),
     ({"GPUMUTEX_VISIBLE_DEVICES": "0", "GPUMUTEX_LIBRARY": "/nonexistent.so"},
@@ -280,11 +288,13 @@ def test_invalid_inherited_variable_raises(native, clean_env, tmp_path,
         assert not marker.exists(), f"{name} ran the command"
 
 
-def test_checks_agree_with_gpumutex_run(native, clean_env):
+def test_checks_agree_with_gpumutex_run(native, clean_env, tmp_path):
     """Text values: the Python checks accept exactly what gpumutex-run (the
     C core's parsers) accepts, so a value that passes here never fails in
-    the child's cuInit."""
+    the child's cuInit. (gpumutex-run also checks the lock directory
+    itself, which Python does not: every directory here is usable.)"""
     run_bin = os.path.join(BUILD, "gpumutex-run")
+    clean_env = dict(clean_env, GPUMUTEX_LOCK_DIR=str(tmp_path / "locks"))
 
     def c_accepts(variables):
         r = subprocess.run([run_bin, "--", "true"], capture_output=True,
@@ -304,17 +314,61 @@ def test_checks_agree_with_gpumutex_run(native, clean_env):
     nums = ["1", "2", "3", "0", "-1", "+1", " 1", "\t1", "\n1", "1\n", "1.0", "", "01",
             "99999999999999999999"]
     timeouts = ["0", "30", "0.5", ".5", "5.", ".", "1.2.3", "-1", "1e3",
-                "inf", "nan", " 1", "1000000000", "1000000001", ""]
-    lockdirs = ["/tmp/x", "/", "tmp", "", "./x"]
+                "inf", "nan", " 1", "1000000000", "1000000001", "",
+                "0." + "1" * 18, "0." + "1" * 19, "1000000000.000",
+                "1000000000." + "0" * 17 + "1", "0000000000001",
+                "99999999999", "0.000000000000000000"]
+    lockdirs = [str(tmp_path / "x"), str(tmp_path) + "//y/", "tmp", "",
+                "./x", "/" + "x" * 4031]
+    rechecks = ["0", "10000", "86400000", "86400001", "", "-1", "+1", " 1",
+                "1 ", "1.5", "soon", "0x10"]
+    quiets = ["0", "1", "", "false", "no", "off", "yes", "2", "00", " 1"]
     cases = ([{"GPUMUTEX_VISIBLE_DEVICES": d} for d in devices]
              + [{"GPUMUTEX_VISIBLE_DEVICES": "0,1", "GPUMUTEX_NUM_DEVICES": n}
                 for n in nums]
              + [{"GPUMUTEX_VISIBLE_DEVICES": "0", "GPUMUTEX_TIMEOUT": t}
                 for t in timeouts]
              + [{"GPUMUTEX_VISIBLE_DEVICES": "0", "GPUMUTEX_LOCK_DIR": d}
-                for d in lockdirs])
+                for d in lockdirs]
+             + [{"GPUMUTEX_VISIBLE_DEVICES": "0", "GPUMUTEX_QUIET": q}
+                for q in quiets]
+             + [{"GPUMUTEX_VISIBLE_DEVICES": "0", "GPUMUTEX_RECHECK_MS": r}
+                for r in rechecks])
     for variables in cases:
         assert py_accepts(variables) == c_accepts(variables), variables
+
+
+@pytest.mark.parametrize("value", ["1e3", "inf", "1000000001", "-1", "nan",
+                                   "1000000000.5"])
+def test_timeout_messages_state_the_range(native, clean_env, tmp_path, value):
+    """A refused timeout says which values are accepted, whichever way it
+    came: gpumutex-run's --timeout, GPUMUTEX_TIMEOUT for gpumutex-run, the
+    Python functions' timeout= and a GPUMUTEX_TIMEOUT they inherit."""
+    expected = "expected seconds from 0 to 1000000000"
+    run_bin = os.path.join(BUILD, "gpumutex-run")
+    env = dict(clean_env, GPUMUTEX_LOCK_DIR=str(tmp_path / "locks"),
+               GPUMUTEX_VISIBLE_DEVICES="0")
+    for args, extra, name in (
+            (["--timeout", value], {}, "--timeout"),
+            ([f"--timeout={value}"], {}, "--timeout"),
+            ([], {"GPUMUTEX_TIMEOUT": value}, "GPUMUTEX_TIMEOUT")):
+        r = subprocess.run([run_bin, *args, "--", "true"], capture_output=True,
+                           text=True, env=dict(env, **extra))
+        assert r.returncode == 2, r
+        assert f'{name}="{value}"' in r.stderr and expected in r.stderr, (
+            r.stderr)
+    with pytest.raises(ValueError) as info:
+        gpumutex.environ(env=dict(env, GPUMUTEX_TIMEOUT=value))
+    assert f"GPUMUTEX_TIMEOUT='{value}'" in str(info.value)
+    assert expected in str(info.value)
+    if value != "1e3":  # 1e3 is a fine float: 1000 seconds
+        with pytest.raises(ValueError) as info:
+            gpumutex.environ(env=env, timeout=float(value))
+        assert str(info.value).startswith("timeout=")
+        assert expected in str(info.value), str(info.value)
+    else:
+        assert gpumutex.environ(env=env, timeout=float(value))[
+            "GPUMUTEX_TIMEOUT"] == "1000.0"
 
 
 # ---- system() ------------------------------------------------------------------
@@ -402,7 +456,7 @@ def test_python_m_gpumutex_is_the_cli(native, clean_env, lockdir):
     r = py_m("status", "--json", "--lock-dir", lockdir)
     assert r.returncode == 0
     doc = json.loads(r.stdout)
-    assert doc["schema"] == "gpumutex.status/1" and doc["exists"] is False
+    assert doc["schema"] == "gpumutex.status/2" and doc["exists"] is False
 
     r = py_m("init", "--lock-dir", lockdir, "--visible-devices", "0,1")
     assert r.returncode == 0, r.stderr
@@ -413,14 +467,15 @@ def test_python_m_gpumutex_is_the_cli(native, clean_env, lockdir):
 
     # `run` execs: the command has python's pid, its status is python's.
     p = subprocess.Popen([PYTHON, "-m", "gpumutex", "run", "--visible-devices",
-                          "0", "--", "sh", "-c", 'echo $$; kill -TERM $$'],
+                          "0", "--lock-dir", lockdir, "--", "sh", "-c",
+                          'echo $$; kill -TERM $$'],
                          env=dict(clean_env, **PY_ENV), stdout=subprocess.PIPE,
                          text=True)
     out, _ = p.communicate(timeout=60)
     assert int(out) == p.pid
     assert p.returncode == -signal.SIGTERM
-    r = py_m("run", "--visible-devices", "0", "--", "sh", "-c", "exit 7",
-             env=clean_env)
+    r = py_m("run", "--visible-devices", "0", "--lock-dir", lockdir, "--",
+             "sh", "-c", "exit 7", env=clean_env)
     assert r.returncode == 7
 
 
@@ -547,15 +602,16 @@ def test_pip_install_into_venv(native, tmp_path_factory, clean_env,
                        env=env, cwd=venv)
     assert r.returncode == 0
     r = subprocess.run([os.path.join(venv, "bin", "gpumutex-run"),
-                        "--visible-devices", "0", "--", "sh", "-c",
-                        "echo $LD_PRELOAD"], env=env, capture_output=True,
-                       text=True, check=True)
+                        "--visible-devices", "0", "--lock-dir",
+                        str(tmp_path_factory.mktemp("runlocks") / "l"), "--",
+                        "sh", "-c", "echo $LD_PRELOAD"], env=env,
+                       capture_output=True, text=True, check=True)
     assert r.stdout.strip() == lib
     r = subprocess.run([vpython, "-m", "gpumutex", "status", "--json",
                         "--lock-dir", str(tmp_path_factory.mktemp("locks"))],
                        env=env, cwd=venv, capture_output=True, text=True,
                        check=True)
-    assert json.loads(r.stdout)["schema"] == "gpumutex.status/1"
+    assert json.loads(r.stdout)["schema"] == "gpumutex.status/2"
 
     # The build left nothing in the source tree (only under build/).
     for d in (REPO, os.path.join(REPO, "python")):

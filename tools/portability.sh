@@ -1,44 +1,54 @@
 #!/usr/bin/env bash
-# portability.sh - load proof: run the fake-driver contention test inside a
-# Debian bullseye root (glibc 2.31) with the libgpumutex.so built here.
+# portability.sh [--build] - the glibc 2.31 proofs, in a Debian bullseye root.
 #
-# The root is made once with debootstrap from Debian's packages and cached
+#   portability.sh           load proof: run the fake-driver contention test
+#                            inside the root with a libgpumutex.so built
+#                            elsewhere: $GM_PORTABILITY_LIB, by default
+#                            build/libgpumutex.so (built on this machine)
+#   portability.sh --build   build libgpumutex.so inside the root with its
+#                            own compiler (gcc 10) and run the load gate on it
+#
+# The root is made once by tools/mkroot.sh from Debian's packages and cached
 # in .portability/ (git-ignored). The fake driver and the client are built
 # inside the root with its own compiler, so only the library under test
-# comes from this machine. If the package mirror cannot be reached the
-# target says so and fails; it never skips silently.
+# comes from outside. If the package mirror cannot be reached the target
+# says so and fails; it never skips silently.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 suite=${GM_PORTABILITY_SUITE:-bullseye}
-mirror=${GM_PORTABILITY_MIRROR:-http://deb.debian.org/debian}
-root=.portability/$suite
-lib=build/libgpumutex.so
+packages=(gcc libc6-dev make python3)
+lib=${GM_PORTABILITY_LIB:-build/libgpumutex.so}
+mode=load
+case ${1:-} in
+'') ;;
+--build) mode=build ;;
+*) echo "usage: portability.sh [--build]" >&2; exit 2 ;;
+esac
 
-[ -f "$lib" ] || { echo "portability: $lib is missing (run make first)" >&2; exit 2; }
 [ "$(id -u)" -eq 0 ] || { echo "portability: needs root (debootstrap, chroot)" >&2; exit 2; }
+if [ "$mode" = load ] && [ ! -f "$lib" ]; then
+    echo "portability: $lib is missing (run make first)" >&2
+    exit 2
+fi
 
-if [ ! -x "$root/usr/bin/gcc" ] || [ ! -x "$root/usr/bin/python3" ]; then
-    command -v debootstrap >/dev/null || {
-        echo "portability: debootstrap is not installed (apt-get install debootstrap)" >&2
-        exit 1
-    }
-    echo "portability: building a $suite root in $root (once; cached)"
-    rm -rf "$root.partial"
-    mkdir -p .portability
-    if ! debootstrap --variant=minbase --include=gcc,libc6-dev,make,python3 \
-        "$suite" "$root.partial" "$mirror" >.portability/debootstrap.log 2>&1; then
-        echo "portability: FAIL: debootstrap of $suite from $mirror failed" \
-            "(is the package mirror reachable?); see .portability/debootstrap.log" >&2
-        tail -5 .portability/debootstrap.log >&2 || true
-        exit 1
-    fi
-    mv "$root.partial" "$root"
+root=$(bash tools/mkroot.sh "$suite" "${packages[@]}")
+
+if [ "$mode" = build ]; then
+    bash tools/copy-tree.sh "$root/gm-src"
+    bash tools/chroot-run.sh "$root" /bin/sh -ec '
+        cd /gm-src
+        echo "portability: building with $(gcc --version | head -1), $(ldd --version | head -1)"
+        make build/libgpumutex.so
+        bash tools/gate.sh build/libgpumutex.so src/preload/exports.list
+    '
+    exit 0
 fi
 
 work=$root/gm
 rm -rf "$work"
 mkdir -p "$work"
+echo "portability: load proof of $lib ($(sha256sum "$lib" | cut -c1-12))"
 cp "$lib" "$work/libgpumutex.so"
 cp tests/fakecuda/fakecuda.c tests/fakecuda/fakecuda.h tests/fakecuda/stubs.txt \
     tests/fakecuda/gen-stubs.sh tests/fakecuda/exports.map \

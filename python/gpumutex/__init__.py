@@ -21,10 +21,11 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import sys
 import threading
 from typing import Any, Dict, Optional, Sequence, Union
 
-from ._config import Devices, PathArg, environ
+from ._config import Devices, PathArg, child_environ, environ
 from ._paths import library_path
 
 __version__ = "0.1.0"
@@ -40,11 +41,14 @@ _Args = Union[str, bytes, "os.PathLike[str]", "os.PathLike[bytes]",
 def _child_env(kwargs: Dict[str, Any], visible_devices: Optional[Devices],
                num_devices: Optional[int], lock_dir: Optional[PathArg],
                timeout: Optional[float], quiet: Optional[bool]) -> None:
-    """Replace kwargs["env"] by the gpumutex environment built over it."""
-    kwargs["env"] = environ(visible_devices=visible_devices,
-                            num_devices=num_devices, lock_dir=lock_dir,
-                            timeout=timeout, quiet=quiet,
-                            env=kwargs.get("env"))
+    """Replace kwargs["env"] by the gpumutex environment built over it;
+    say so on stderr when the child joins the job it is started in."""
+    kwargs["env"], note = child_environ(visible_devices, num_devices,
+                                        lock_dir, timeout, quiet,
+                                        kwargs.get("env"))
+    if note:
+        sys.stderr.write(f"gpumutex: {note}\n")
+        sys.stderr.flush()
 
 
 def run(args: _Args, visible_devices: Optional[Devices] = None,

@@ -16,14 +16,17 @@ import re
 import secrets
 from collections.abc import Iterable, Mapping
 from decimal import Decimal
-from typing import Any, Callable, Dict, List, Optional, TypeVar, Union
+from typing import (Any, Callable, Dict, List, Optional, Tuple, TypeVar,
+                    Union)
 
+from . import _job
 from ._paths import library_path
 
 MAX_DEVICES = 64                # GPU indices 0..63 (GM_MAX_DEVICES)
 DEFAULT_LOCK_DIR = "/tmp/libgpumutex"
 _LOCK_DIR_MAX = 4096 - 64       # strlen(lock dir) must stay below this
-_TIMEOUT_MAX = 1e9              # seconds; the core refuses more
+_TIMEOUT_MAX = 1000000000       # seconds; the core refuses more (GM_TIMEOUT_MAX)
+_TIMEOUT_DIGITS = 18            # digits after the dot the core takes
 _RECHECK_MAX = 86400000         # GPUMUTEX_RECHECK_MS upper bound
 
 VISIBLE = "GPUMUTEX_VISIBLE_DEVICES"
@@ -39,11 +42,13 @@ T = TypeVar("T")
 Devices = Union[str, Iterable[int]]
 PathArg = Union[str, "os.PathLike[str]"]
 
-# What strtol() skips before a number (C isspace in the "C" locale).
-_C_SPACE = " \t\n\v\f\r"
+# ASCII digits only (re's [0-9], not str.isdigit, which takes other
+# scripts' digits): what gm_parse_uint (src/lease/num.c) takes, with no
+# blank, sign or "0x".
 _DEVICE_ENTRY = re.compile(r"[0-9]{1,4}")           # gm_parse_devices
-_UINT = re.compile(r"[0-9]+")                       # gm_parse_uint
-_DECIMAL = re.compile(r"[0-9]+\.?[0-9]{0,18}|\.[0-9]{1,18}")  # gm_parse_timeout
+_UINT = re.compile(r"[0-9]+")                       # gm_parse_uint, base 10
+_JOB_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")        # gm_job_check
+_DECIMAL = re.compile(r"[0-9]+\.?[0-9]*|\.[0-9]+")   # gm_parse_timeout
 
 
 def _is_int(value: object) -> bool:
@@ -100,17 +105,28 @@ def parse_num_devices(name: str, text: str, ndevices: int) -> int:
     return value
 
 
+def _timeout_error(name: str, value: object, why: str,
+                   hint: str = "") -> ValueError:
+    """A refused timeout; the message states the accepted range, as those
+    of gm_parse_timeout do."""
+    return ValueError(f"{name}={value!r} {why}; expected seconds from 0 to "
+                      f"{_TIMEOUT_MAX}{hint}")
+
+
 def parse_timeout(name: str, text: str) -> float:
-    """Seconds as a non-negative decimal such as "30" or "0.5"."""
-    if not _DECIMAL.fullmatch(text):
-        raise ValueError(
-            f"{name}={text!r} is not a duration; expected seconds from 0 to "
-            f"{_TIMEOUT_MAX:.0f} as a plain decimal number such as \"30\" or "
-            f'"0.5" (no sign, exponent or "inf")')
-    if float(text) > _TIMEOUT_MAX:
-        raise ValueError(
-            f"{name}={text!r} is out of range; expected seconds from 0 to "
-            f"{_TIMEOUT_MAX:.0f}")
+    """Seconds from 0 to 1000000000 as gm_parse_timeout takes them: digits
+    with an optional fraction ("30", "0.5", ".5", "5."), at most 18 digits
+    after the dot; no sign, blank, exponent or "inf"."""
+    if (not _DECIMAL.fullmatch(text)
+            or len(text.partition(".")[2]) > _TIMEOUT_DIGITS):
+        raise _timeout_error(
+            name, text, "is not a duration",
+            ' as a plain decimal number such as "30" or "0.5" (no sign, '
+            'exponent or "inf", at most 18 digits after the dot)')
+    # Decimal, not float: 1000000000.000000000000000001 is above the
+    # maximum for the core, and would round down to it as a float.
+    if Decimal(text) > _TIMEOUT_MAX:
+        raise _timeout_error(name, text, "is out of range")
     return float(text)
 
 
@@ -120,8 +136,18 @@ def check_lock_dir(name: str, text: str) -> str:
             or len(os.fsencode(text)) >= _LOCK_DIR_MAX):
         raise ValueError(
             f"{name}={text!r} is not usable; expected an absolute directory "
-            f'path such as "{DEFAULT_LOCK_DIR}"')
+            f"path of at most {_LOCK_DIR_MAX - 1} bytes such as "
+            f'"{DEFAULT_LOCK_DIR}"')
     return text
+
+
+def check_quiet(name: str, text: str) -> bool:
+    """Exactly "1" (quiet) or "0", as gm_parse_quiet."""
+    if text in ("0", "1"):
+        return text == "1"
+    raise ValueError(
+        f"{name}={text!r} is not valid; expected 1 (no waiting line) or 0 "
+        f"(print it)")
 
 
 def check_recheck_ms(name: str, text: str) -> int:
@@ -196,20 +222,22 @@ def timeout_text(timeout: object) -> str:
     else:
         value = float(timeout)  # type: ignore[arg-type]
         if not math.isfinite(value):
-            raise ValueError(
-                f"{name}={timeout!r} is not a finite number of seconds")
+            raise _timeout_error(name, timeout, "is not a finite number",
+                                 " (None waits forever)")
         if value == 0:
             value = 0.0  # no "-0.0"
-        # Positional notation: the core takes digits and one dot only.
-        text = format(Decimal(repr(value)), "f")
+        # Positional notation (the core takes digits and one dot only),
+        # with no more fraction digits than it takes: 1e-20 s is 0.
+        exact = Decimal(repr(value))
+        if exact.as_tuple().exponent < -_TIMEOUT_DIGITS:  # type: ignore
+            exact = exact.quantize(Decimal(1).scaleb(-_TIMEOUT_DIGITS))
+        text = format(exact, "f")
     if value < 0:
-        raise ValueError(
-            f"{name}={timeout!r} is negative; expected seconds to wait, 0 for "
-            f"\"don't wait\" (None waits forever)")
+        raise _timeout_error(name, timeout, "is negative",
+                             " (0: don't wait; None waits forever)")
     if value > _TIMEOUT_MAX:
-        raise ValueError(
-            f"{name}={timeout!r} is too large; at most {_TIMEOUT_MAX:.0f} "
-            f"seconds (None waits forever)")
+        raise _timeout_error(name, timeout, "is out of range",
+                             " (None waits forever)")
     return text
 
 
@@ -310,17 +338,36 @@ def environ(visible_devices: Optional[Devices] = None,
     ``quiet``            ``GPUMUTEX_QUIET``           False ("0")
     ===================  ==========================  ============================
 
-    ``GPUMUTEX_JOB`` is always set to a fresh random id (each call is a new
-    job), and the library (library_path(), or ``GPUMUTEX_LIBRARY`` if the
-    base sets it) is put first in ``LD_PRELOAD``.
+    ``GPUMUTEX_JOB`` is set to a fresh random id (each call is a new job),
+    except inside a job that holds GPUs now: when the base's
+    ``GPUMUTEX_JOB`` names a job of this user with a live lease in the lock
+    directory (or one that is taking its lease), that id is kept and the
+    child joins that job, since as a new job it would wait for GPUs its own
+    caller holds. The library (library_path(), or ``GPUMUTEX_LIBRARY`` if
+    the base sets it) is put first in ``LD_PRELOAD``.
 
     Raises TypeError or ValueError, naming the argument (or the variable of
-    the base) and its value, when anything is invalid.
+    the base) and its value, when anything is invalid, and ValueError when
+    the child would join its caller's job but its devices or num_devices
+    do not fit that job's GPUs.
 
     >>> env = environ(visible_devices=[0, 1], num_devices=2, env={})
     >>> env["GPUMUTEX_VISIBLE_DEVICES"], env["GPUMUTEX_NUM_DEVICES"]
     ('0,1', '2')
     """
+    return child_environ(visible_devices, num_devices, lock_dir, timeout,
+                         quiet, env)[0]
+
+
+def child_environ(visible_devices: Optional[Devices] = None,
+                  num_devices: Optional[int] = None,
+                  lock_dir: Optional[PathArg] = None,
+                  timeout: Optional[float] = None,
+                  quiet: Optional[bool] = None,
+                  env: Optional[Mapping[str, str]] = None
+                  ) -> Tuple[Dict[str, str], Optional[str]]:
+    """environ(), and the line to print (or None) when the child joins the
+    job it is started in."""
     if env is not None and not isinstance(env, Mapping):
         raise TypeError(f"env must be a mapping, not {_type_name(env)}")
     out: Dict[str, str] = dict(os.environ if env is None else env)
@@ -340,12 +387,17 @@ def environ(visible_devices: Optional[Devices] = None,
     # ... then what the child will see, argument or inherited variable.
     if VISIBLE in args:
         devices = parse_devices("visible_devices", args[VISIBLE])
-    elif VISIBLE in out:
+    elif out.get(VISIBLE):
         devices = _inherited(parse_devices, VISIBLE, out[VISIBLE])
     else:
+        # Empty is "not configured" for the library (like unset), which
+        # would run the child outside the queue: refused, as gpumutex-run
+        # refuses it.
+        empty = (f" ({VISIBLE} is set but empty, which means \"not "
+                 f"configured\")" if VISIBLE in out else "")
         raise ValueError(
             "visible_devices is required: pass visible_devices= (e.g. \"0,1\" "
-            f"or [0, 1]) or set {VISIBLE} in the environment")
+            f"or [0, 1]) or set {VISIBLE} in the environment{empty}")
     if want is not None:
         if not 1 <= want <= len(devices):
             raise ValueError(
@@ -354,18 +406,56 @@ def environ(visible_devices: Optional[Devices] = None,
                 f"devices)")
         args[NUM] = str(want)
     elif NUM in out:
-        _inherited(parse_num_devices, NUM, out[NUM], len(devices))
+        want = _inherited(parse_num_devices, NUM, out[NUM], len(devices))
     if LOCK_DIR not in args and LOCK_DIR in out:
         _inherited(check_lock_dir, LOCK_DIR, out[LOCK_DIR])
     if TIMEOUT not in args and TIMEOUT in out:
         _inherited(parse_timeout, TIMEOUT, out[TIMEOUT])
+    if QUIET not in args and QUIET in out:
+        _inherited(check_quiet, QUIET, out[QUIET])
     if RECHECK in out:
         _inherited(check_recheck_ms, RECHECK, out[RECHECK])
 
     lib = preload_library(out)
     out.update(args)
-    # Always a new job: an inherited GPUMUTEX_JOB (a caller itself under
-    # gpumutex) must not make this child share the caller's lease.
-    out[JOB] = secrets.token_hex(16)
+    job, note = _enclosing_job(out, devices, 1 if want is None else want,
+                               num_devices is not None)
+    out[JOB] = job or secrets.token_hex(16)
     out["LD_PRELOAD"] = with_preload(out.get("LD_PRELOAD"), lib)
-    return out
+    return out, (None if out.get(QUIET) == "1" else note)
+
+
+def _enclosing_job(out: Dict[str, str], devices: List[int], want: int,
+                   want_given: bool) -> Tuple[Optional[str], Optional[str]]:
+    """The job to keep and a note, when the child is started inside a job
+    that holds GPUs now (the base's GPUMUTEX_JOB, gpumutex-run's rule,
+    src/cli/run.c): as a new job the child would queue behind its own
+    caller's GPUs. (None, None) for a new job."""
+    job = out.get(JOB)
+    if not job or not _JOB_ID.fullmatch(job):
+        return None, None
+    state, lease = _job.probe(out.get(LOCK_DIR, DEFAULT_LOCK_DIR), job)
+    if state == "none":
+        return None, None
+    if state == "taking":
+        return job, (f"the child runs inside job {job} ({JOB} of the base "
+                     f"environment), which is taking its GPUs: it joins that "
+                     f"job and shares them instead of waiting for GPUs its "
+                     f"own caller will hold; quiet=True hides this line")
+    why = _job.join_problem(job, lease, devices, want)
+    if why:
+        num = f"num_devices={want}" if want_given else f"{NUM}={want}"
+        raise ValueError(
+            f"the child would run inside job {job} ({JOB} of the base "
+            f"environment), which holds GPUs now, so it can only share "
+            f"them: as a new job it would wait for GPUs its own caller "
+            f"holds (for ever, if the caller waits for it); but {why} "
+            f"(devices {','.join(map(str, devices))}, {num}); give it "
+            f"settings that fit the job's GPUs, or a base environment "
+            f"without {JOB}")
+    held = ",".join(map(str, lease))
+    s = "" if len(lease) == 1 else "s"
+    return job, (f"the child runs inside job {job} ({JOB} of the base "
+                 f"environment), which holds GPU{s} {held}: it joins that "
+                 f"job and shares its GPUs instead of waiting for GPUs its "
+                 f"own caller holds; quiet=True hides this line")

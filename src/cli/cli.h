@@ -20,4 +20,11 @@ void gm_cli_duration(int64_t ns, char *out, size_t len);
  * and exits 2: this is for command-line programs only. */
 const char *gm_cli_opt(int argc, char **argv, int *i, const char *name);
 
+/* The lock directory a subcommand uses: `dir` (from the flag or the
+ * variable `name`), GM_DEFAULT_LOCK_DIR when it is NULL or an empty
+ * variable. NULL, after a message on stderr prefixed with `prog`, when it
+ * is not an absolute path (gm_check_lock_dir). */
+const char *gm_cli_lock_dir(const char *prog, const char *dir,
+			    const char *name);
+
 #endif

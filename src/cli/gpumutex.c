@@ -48,9 +48,24 @@ static void usage(FILE *f)
 		"\n"
 		"Variables: GPUMUTEX_VISIBLE_DEVICES (required to manage GPUs),\n"
 		"GPUMUTEX_NUM_DEVICES (default 1), GPUMUTEX_LOCK_DIR (default %s),\n"
-		"GPUMUTEX_TIMEOUT (default: wait forever), GPUMUTEX_QUIET (default 0),\n"
+		"GPUMUTEX_TIMEOUT (default: wait forever), GPUMUTEX_QUIET (1 or 0, default 0),\n"
 		"GPUMUTEX_JOB (default: fresh per job), GPUMUTEX_RECHECK_MS (default 10000).\n",
 		GM_DEFAULT_LOCK_DIR);
+}
+
+const char *gm_cli_lock_dir(const char *prog, const char *dir,
+			    const char *name)
+{
+	char err[GM_ERR_MAX];
+
+	/* An empty variable is unset; an empty flag is refused below. */
+	if (!dir || (!*dir && strcmp(name, "GPUMUTEX_LOCK_DIR") == 0))
+		return GM_DEFAULT_LOCK_DIR;
+	if (gm_check_lock_dir(name, dir, err, sizeof err)) {
+		fprintf(stderr, "%s: %s\n", prog, err);
+		return NULL;
+	}
+	return dir;
 }
 
 int gm_init_main(int argc, char **argv)
@@ -58,23 +73,41 @@ int gm_init_main(int argc, char **argv)
 	struct gm_config cfg;
 	char err[GM_ERR_MAX];
 	const char *dir = getenv("GPUMUTEX_LOCK_DIR");
+	const char *dir_name = "GPUMUTEX_LOCK_DIR";
 	const char *devs = getenv("GPUMUTEX_VISIBLE_DEVICES");
+	const char *devs_name = "GPUMUTEX_VISIBLE_DEVICES";
 	int rc;
+
+	if (devs && !*devs)
+		devs = NULL; /* an empty variable is unset, as for the library */
 
 	for (int i = 1; i < argc; i++) {
 		const char *v;
-		if ((v = gm_cli_opt(argc, argv, &i, "--lock-dir")) != NULL)
+		if ((v = gm_cli_opt(argc, argv, &i, "--lock-dir")) != NULL) {
 			dir = v;
-		else if ((v = gm_cli_opt(argc, argv, &i, "--visible-devices")) != NULL)
+			dir_name = "--lock-dir";
+		} else if ((v = gm_cli_opt(argc, argv, &i, "--visible-devices")) != NULL) {
 			devs = v;
-		else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
-			printf("usage: gpumutex init [--lock-dir DIR] [--visible-devices LIST]\n"
+			devs_name = "--visible-devices";
+		} else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+			printf("usage: gpumutex init [--lock-dir DIR] --visible-devices LIST\n"
+			       "\n"
 			       "Create the lock directory (mode 1777) and the device files of\n"
-			       "LIST (default $GPUMUTEX_VISIBLE_DEVICES) now. Run as root, it\n"
-			       "makes them root's (taking over an existing lock directory, also\n"
-			       "while in use): the directory and dev/ mode 0755, queue/ and job/\n"
-			       "1777. No other user can then remove, replace or add a device\n"
-			       "file; GPUs not in LIST are refused.\n");
+			       "LIST now, and declare LIST its pool: `gpumutex status` lists\n"
+			       "these GPUs even while no job names them (a later init replaces\n"
+			       "the pool). Run as root, it makes them root's (taking over an\n"
+			       "existing lock directory, also while in use): the directory and\n"
+			       "dev/ mode 0755, queue/ and job/ 1777. No other user can then\n"
+			       "remove, replace or add a device file; GPUs not in LIST are\n"
+			       "refused.\n"
+			       "\n"
+			       "  --visible-devices LIST  GPU indices such as 0,1,2,3 (required;\n"
+			       "                          $GPUMUTEX_VISIBLE_DEVICES serves if set)\n"
+			       "  --lock-dir DIR          an absolute path (default:\n"
+			       "                          $GPUMUTEX_LOCK_DIR, else %s)\n"
+			       "  -h, --help              this help\n"
+			       "Flags also take the form --flag=VALUE.\n",
+			       GM_DEFAULT_LOCK_DIR);
 			return 0;
 		} else {
 			fprintf(stderr, "gpumutex init: unknown argument '%s'\n", argv[i]);
@@ -83,23 +116,24 @@ int gm_init_main(int argc, char **argv)
 	}
 	memset(&cfg, 0, sizeof cfg);
 	if (!devs) {
-		fprintf(stderr, "gpumutex init: give --visible-devices LIST (or set GPUMUTEX_VISIBLE_DEVICES)\n");
+		fprintf(stderr, "gpumutex init: no GPUs given: pass --visible-devices LIST such as \"0,1\" (or set GPUMUTEX_VISIBLE_DEVICES to it)\n");
 		return 2;
 	}
-	if (gm_parse_devices("--visible-devices", devs, cfg.devices, &cfg.ndevices,
+	if (gm_parse_devices(devs_name, devs, cfg.devices, &cfg.ndevices,
 			     err, sizeof err)) {
 		fprintf(stderr, "gpumutex init: %s\n", err);
 		return 2;
 	}
-	if (!dir || !*dir)
-		dir = GM_DEFAULT_LOCK_DIR;
-	if (dir[0] != '/' || strlen(dir) >= sizeof cfg.lock_dir - 64) {
-		fprintf(stderr, "gpumutex init: the lock directory must be an absolute path, not '%s'\n", dir);
+	dir = gm_cli_lock_dir("gpumutex init", dir, dir_name);
+	if (!dir)
 		return 2;
-	}
 	strcpy(cfg.lock_dir, dir);
 	cfg.want = 1;
 	rc = gm_lockdir_prepare(&cfg, err, sizeof err);
+	if (rc == 0)
+		rc = gm_lockdir_secure(&cfg, err, sizeof err);
+	if (rc == 0)
+		rc = gm_lockdir_declare(&cfg, err, sizeof err);
 	if (rc) {
 		fprintf(stderr, "gpumutex init: %s\n", err);
 		return 1;

@@ -2,13 +2,17 @@
  * run.c - gpumutex-run: preload libgpumutex.so into one command.
  *
  *   gpumutex-run [--visible-devices LIST] [--num-devices N] [--lock-dir DIR]
- *                [--timeout S] [--quiet] [--] CMD [ARGS...]
+ *                [--timeout S] [--quiet[=1|0]] [--] CMD [ARGS...]
  *
- * Everything is checked with the lease core's own parsers before the exec,
- * so a typo is a usage error (exit 2) here rather than a failing cuInit
- * later. Then the variables go into the environment this process hands to
- * CMD, and CMD replaces this process (execvp): its PID is ours, its exit
- * status is the one the caller sees, signals reach it directly.
+ * Everything is checked with the lease core's own code before the exec:
+ * each flag by its parser, then the whole environment CMD will get by
+ * gm_config_from_env (what the library reads it with), then the lock
+ * directory by gm_lockdir_prepare (what the library's first claim does).
+ * So a typo or an unusable directory is an error here (exit 2), not a
+ * failing cuInit later in CMD. The variables go into the environment this
+ * process hands to CMD, and CMD replaces this process (execvp): its PID is
+ * ours, its exit status is the one the caller sees, signals reach it
+ * directly.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -46,15 +50,22 @@ static void help(void)
 "  --timeout S             GPUMUTEX_TIMEOUT: give up after S seconds of\n"
 "                          waiting; cuInit then fails with\n"
 "                          CUDA_ERROR_NO_DEVICE (default: wait forever)\n"
-"  --quiet                 GPUMUTEX_QUIET=1: no \"waiting\" line on stderr\n"
-"                          (default: print it once per waiting process)\n"
+"  --quiet, --quiet=1|0    GPUMUTEX_QUIET=1 (or the value given, 1 or 0):\n"
+"                          no \"waiting\" line on stderr (default 0: print\n"
+"                          it once per waiting process)\n"
 "  --help                  show this and exit\n"
 "  --version               print the version and exit\n"
-"Flags also take the form --flag=VALUE.\n"
+"Flags that take a value also take the form --flag=VALUE; --quiet takes\n"
+"a value only that way (a word after it is COMMAND).\n"
 "\n"
 "Also set or read:\n"
-"  GPUMUTEX_JOB         always set to a fresh job id: each run is a new\n"
-"                       job, and the processes of a job share one lease\n"
+"  GPUMUTEX_JOB         set to a fresh job id: each run is a new job, and\n"
+"                       the processes of a job share one lease. Inside a\n"
+"                       job that holds GPUs now (an inherited\n"
+"                       GPUMUTEX_JOB), COMMAND joins that job instead, as a\n"
+"                       new job would wait for GPUs its own caller holds;\n"
+"                       flags that do not fit that job's GPUs are refused\n"
+"                       (exit 2)\n"
 "  GPUMUTEX_LIBRARY     the library to preload (default: libgpumutex.so in\n"
 "                       the directory of this program)\n"
 "  GPUMUTEX_RECHECK_MS  fallback re-check period while waiting (default\n"
@@ -62,8 +73,13 @@ static void help(void)
 "  LD_PRELOAD           the library is put first, before any existing\n"
 "                       entries\n"
 "\n"
+"Every flag and variable above is checked, and the lock directory made\n"
+"(mode 1777) if missing and checked (not a symlink, a directory, not\n"
+"writable by others without the sticky bit), before COMMAND starts.\n"
+"\n"
 "Exit status: COMMAND's; 127 if it is not found, 126 if it cannot be\n"
-"executed, 2 on a usage or setup error.\n");
+"executed, 2 on a usage or setup error (a malformed flag or variable, an\n"
+"unusable lock directory, no library).\n");
 }
 
 static int usage_error(const char *fmt, ...)
@@ -170,6 +186,68 @@ static int take(const char *name, int argc, char **argv, int *i,
 	return 1;
 }
 
+static void list_format(char *buf, size_t len, const int *v, int n)
+{
+	size_t off = 0;
+
+	buf[0] = '\0';
+	for (int k = 0; k < n && off < len; k++)
+		off += (size_t)snprintf(buf + off, len - off, "%s%d",
+					k ? "," : "", v[k]);
+}
+
+/*
+ * Started inside a job (an inherited GPUMUTEX_JOB, `inherited`, "" if
+ * none) that holds a lease in our lock directory now, or is taking one,
+ * COMMAND as a new job would queue behind GPUs its own caller holds: for
+ * ever if the caller waits for it. So it joins that job instead: returns
+ * 1 (keep `inherited`), with a note on stderr unless cfg->quiet. Settings
+ * of ours (`cfg`, as the library will read them; `flag`: the flags given)
+ * that the job's lease cannot serve (gm_join_check) are refused at once:
+ * a message and -1. Otherwise, including a job we cannot check, 0: a new
+ * job.
+ */
+static int enclosing_job(const char *cmd, const char *inherited,
+			 const struct gm_config *cfg, const char *const *flag)
+{
+	struct gm_job_state js;
+	struct gm_config mine;
+	char err[GM_ERR_MAX], held[GM_MAX_DEVICES * 4];
+	int rc;
+
+	if (!inherited[0])
+		return 0;
+	rc = gm_job_probe(cfg->lock_dir, inherited, &js, err, sizeof err);
+	if (rc != 1 && rc != 2)
+		return 0;
+	if (rc == 2) {
+		if (!cfg->quiet)
+			fprintf(stderr,
+				PROG ": %s runs inside job %s (GPUMUTEX_JOB, inherited), which is taking its GPUs: it joins that job and shares them instead of waiting for GPUs its own caller will hold; --quiet hides this line\n",
+				cmd, inherited);
+		return 1;
+	}
+	mine = *cfg;
+	snprintf(mine.job, sizeof mine.job, "%s", inherited);
+	if (gm_join_check(&mine, js.devices, js.ndevices, NULL, err,
+			  sizeof err)) {
+		char list[GM_MAX_DEVICES * 4];
+		list_format(list, sizeof list, cfg->devices, cfg->ndevices);
+		fprintf(stderr,
+			PROG ": %s runs inside job %s (GPUMUTEX_JOB, inherited), which holds GPUs now, so it can only share them: as a new job it would wait for GPUs its own caller holds (for ever, if the caller waits for it); but %s (%s %s, %s %d); give it settings that fit the job's GPUs, or run it outside that job\n",
+			cmd, inherited, err,
+			flag[0] ? "--visible-devices" : "GPUMUTEX_VISIBLE_DEVICES", list,
+			flag[1] ? "--num-devices" : "GPUMUTEX_NUM_DEVICES", cfg->want);
+		return -1;
+	}
+	list_format(held, sizeof held, js.devices, js.ndevices);
+	if (!cfg->quiet)
+		fprintf(stderr,
+			PROG ": %s runs inside job %s (GPUMUTEX_JOB, inherited), which holds GPU%s %s: it joins that job and shares its GPUs instead of waiting for GPUs its own caller holds; --quiet hides this line\n",
+			cmd, inherited, js.ndevices == 1 ? "" : "s", held);
+	return 1;
+}
+
 int gm_run_main(int argc, char **argv)
 {
 	static const char *const names[] = { "--visible-devices",
@@ -181,8 +259,11 @@ int gm_run_main(int argc, char **argv)
 					    "GPUMUTEX_TIMEOUT" };
 	const char *flag[4] = { NULL, NULL, NULL, NULL };
 	char err[GM_ERR_MAX], lib[PATH_MAX], job[GM_JOB_MAX + 1];
-	int devices[GM_MAX_DEVICES], ndevices = 0, want, quiet = 0, i, rc;
+	char inherited[GM_JOB_MAX + 1] = "";
+	int devices[GM_MAX_DEVICES], ndevices = 0, want, q, i, rc;
+	const char *quiet = NULL;
 	double timeout;
+	struct gm_config cfg;
 
 	for (i = 1; i < argc; i++) {
 		const char *a = argv[i];
@@ -203,7 +284,13 @@ int gm_run_main(int argc, char **argv)
 			return 0;
 		}
 		if (strcmp(a, "--quiet") == 0) {
-			quiet = 1;
+			quiet = "1";
+			continue;
+		}
+		if (strncmp(a, "--quiet=", 8) == 0) {
+			quiet = a + 8;
+			if (gm_parse_quiet("--quiet", quiet, &q, err, sizeof err))
+				return usage_error("%s", err);
 			continue;
 		}
 		for (k = 0; k < 4 && !got; k++) {
@@ -221,8 +308,12 @@ int gm_run_main(int argc, char **argv)
 	{
 		const char *t = flag[0] ? flag[0] : getenv(vars[0]);
 		const char *name = flag[0] ? names[0] : vars[0];
+		/* An empty variable is "not configured" for the library; here
+		 * that would run COMMAND outside the queue, so it is an error. */
 		if (!t)
 			return usage_error("no GPUs to manage: pass --visible-devices LIST or set GPUMUTEX_VISIBLE_DEVICES");
+		if (!flag[0] && !*t)
+			return usage_error("GPUMUTEX_VISIBLE_DEVICES is empty, which means \"not configured\" (the library would do nothing): pass --visible-devices LIST or set GPUMUTEX_VISIBLE_DEVICES to a list such as \"0,1\"");
 		if (gm_parse_devices(name, t, devices, &ndevices, err, sizeof err))
 			return usage_error("%s", err);
 	}
@@ -234,9 +325,9 @@ int gm_run_main(int argc, char **argv)
 	}
 	{
 		const char *t = flag[2] ? flag[2] : getenv(vars[2]);
-		if (t && t[0] != '/')
-			return usage_error("%s=\"%s\" is not an absolute directory path",
-					   flag[2] ? names[2] : vars[2], t);
+		if (t && gm_check_lock_dir(flag[2] ? names[2] : vars[2], t, err,
+					   sizeof err))
+			return usage_error("%s", err);
 	}
 	{
 		const char *t = flag[3] ? flag[3] : getenv(vars[3]);
@@ -251,12 +342,47 @@ int gm_run_main(int argc, char **argv)
 	for (int k = 0; k < 4; k++)
 		if (flag[k] && setenv(vars[k], flag[k], 1) != 0)
 			goto nomem;
-	if (quiet && setenv("GPUMUTEX_QUIET", "1", 1) != 0)
+	if (quiet && setenv("GPUMUTEX_QUIET", quiet, 1) != 0)
 		goto nomem;
-	/* Always a new job: a GPUMUTEX_JOB inherited from a caller that is
-	 * itself under gpumutex must not make this run share its lease. */
+	/* A new job (unless it runs inside one that holds GPUs: below). */
+	{
+		const char *v = getenv("GPUMUTEX_JOB");
+		if (v && gm_job_check("GPUMUTEX_JOB", v, NULL, 0) == 0)
+			snprintf(inherited, sizeof inherited, "%s", v);
+	}
 	gm_job_generate(job);
-	if (setenv("GPUMUTEX_JOB", job, 1) != 0 || set_preload(lib) != 0)
+	if (setenv("GPUMUTEX_JOB", job, 1) != 0)
+		goto nomem;
+
+	/* Then every variable as the library will read it, with its own
+	 * function: those without a flag (GPUMUTEX_QUIET when --quiet is not
+	 * given, GPUMUTEX_RECHECK_MS) and any added later. */
+	rc = gm_config_from_env(&cfg, err, sizeof err);
+	if (rc == 1)
+		return usage_error("no GPUs to manage: pass --visible-devices LIST or set GPUMUTEX_VISIBLE_DEVICES");
+	if (rc)
+		return usage_error("%s", err);
+	/* Inside a job that holds GPUs now, COMMAND joins it instead. */
+	rc = enclosing_job(argv[i], inherited, &cfg, flag);
+	if (rc < 0)
+		return 2;
+	if (rc == 1 && setenv("GPUMUTEX_JOB", inherited, 1) != 0)
+		goto nomem;
+	/* Last, as it is the one check that leaves something behind: the
+	 * lock directory and the device files, made and checked as the
+	 * library's first claim would (a directory that is a symlink, a file,
+	 * writable by others without the sticky bit, or that cannot be made). */
+	rc = gm_lockdir_prepare(&cfg, err, sizeof err);
+	if (rc) {
+		fprintf(stderr,
+			PROG ": cannot use the lock directory %s (%s): %s\n",
+			cfg.lock_dir,
+			flag[2] ? "--lock-dir" : getenv(vars[2]) ?
+			"GPUMUTEX_LOCK_DIR" : "the default; set GPUMUTEX_LOCK_DIR or pass --lock-dir for another",
+			err);
+		return 2;
+	}
+	if (set_preload(lib) != 0)
 		goto nomem;
 
 	execvp(argv[i], &argv[i]);

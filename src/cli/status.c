@@ -58,7 +58,7 @@ static void list_ints(const int *v, int n, char *out, size_t len)
 
 static void list_pids(const pid_t *v, int n, char *out, size_t len)
 {
-	int tmp[32];
+	int tmp[32] = { 0 };
 
 	for (int i = 0; i < n && i < 32; i++)
 		tmp[i] = (int)v[i];
@@ -71,7 +71,7 @@ static void print_text(FILE *f, const char *dir, const struct gm_state *st)
 
 	fprintf(f, "gpumutex status: %s\n\n", dir);
 	if (st->ndevices == 0) {
-		fprintf(f, "No GPU is managed here yet (no job has asked for one).\n");
+		fprintf(f, "No GPU is managed here now (no current job holds, waits for or names one, and `gpumutex init` declared none).\n");
 	} else {
 		fprintf(f, "%-4s %-9s %-18s %-14s %-10s %-8s %s\n", "GPU", "STATE",
 			"JOB", "PIDS", "USER", "HELD", "COMMAND");
@@ -94,6 +94,12 @@ static void print_text(FILE *f, const char *dir, const struct gm_state *st)
 			fprintf(f, "%-4d %-9s %-18.18s %-14.14s %-10.10s %-8s %s\n",
 				d->index, state, l->job, pids, user, held, l->cmd);
 		}
+	}
+	if (st->nunmanaged) {
+		list_ints(st->unmanaged, st->nunmanaged, devs, sizeof devs);
+		fprintf(f, "Not listed: GPU%s %s (device files left by earlier jobs; no current job names %s, nor did `gpumutex init`).\n",
+			st->nunmanaged == 1 ? "" : "s", devs,
+			st->nunmanaged == 1 ? "it" : "them");
 	}
 	fprintf(f, "\n");
 	if (st->nwaiters == 0) {
@@ -140,36 +146,43 @@ static void json_ints(FILE *f, const int *v, int n)
 static double secs(int64_t ns) { return (double)ns / 1e9; }
 
 /* The schema is documented in docs/status-json.md; bump "schema" on any
- * incompatible change. */
+ * incompatible change. One document is one line (no newline inside), so
+ * that --watch writes JSON Lines: a reader takes one line per refresh. */
 static void print_json(FILE *f, const char *dir, const struct gm_state *st,
 		       int exists)
 {
 	char user[64];
 
-	fprintf(f, "{\"schema\": \"gpumutex.status/1\", \"lock_dir\": ");
+	fprintf(f, "{\"schema\": \"gpumutex.status/2\", \"lock_dir\": ");
 	json_str(f, dir);
-	fprintf(f, ", \"exists\": %s, \"time\": %.3f,\n \"devices\": [",
+	fprintf(f, ", \"exists\": %s, \"time\": %.3f, \"pool\": ",
 		exists ? "true" : "false", secs(st->now_ns));
+	json_ints(f, st->pool, st->npool);
+	fprintf(f, ", \"unmanaged\": ");
+	json_ints(f, st->unmanaged, st->nunmanaged);
+	fprintf(f, ", \"devices\": [");
 	for (int i = 0; i < st->ndevices; i++) {
 		const struct gm_state_device *d = &st->devices[i];
-		fprintf(f, "%s\n  {\"index\": %d, \"state\": \"%s\", \"lease\": ",
-			i ? "," : "", d->index,
+		fprintf(f, "%s{\"index\": %d, \"state\": \"%s\", \"lease\": ",
+			i ? ", " : "", d->index,
 			d->state == GM_DEV_FREE ? "free" :
 			d->state == GM_DEV_GRANTING ? "granting" : "held");
+		/* Lease ids go up to 2^61 - 1: as JSON numbers they would lose
+		 * digits in jq and JavaScript (doubles), so they are strings. */
 		if (d->lease >= 0)
-			fprintf(f, "%" PRIu64 "}", st->leases[d->lease].lease_id);
+			fprintf(f, "\"%" PRIu64 "\"}", st->leases[d->lease].lease_id);
 		else
 			fprintf(f, "null}");
 	}
-	fprintf(f, "],\n \"leases\": [");
+	fprintf(f, "], \"leases\": [");
 	for (int i = 0; i < st->nleases; i++) {
 		const struct gm_state_lease *l = &st->leases[i];
-		int pids[32];
+		int pids[32] = { 0 };
 
 		for (int k = 0; k < l->npids; k++)
 			pids[k] = (int)l->pids[k];
 		user_name(l->uid, user, sizeof user);
-		fprintf(f, "%s\n  {\"lease\": %" PRIu64 ", \"job\": ", i ? "," : "",
+		fprintf(f, "%s{\"lease\": \"%" PRIu64 "\", \"job\": ", i ? ", " : "",
 			l->lease_id);
 		json_str(f, l->job);
 		fprintf(f, ", \"uid\": %u, \"user\": ", (unsigned)l->uid);
@@ -180,17 +193,19 @@ static void print_json(FILE *f, const char *dir, const struct gm_state *st,
 		json_str(f, l->cmd);
 		fprintf(f, ", \"devices\": ");
 		json_ints(f, l->devices, l->ndevices);
+		fprintf(f, ", \"candidates\": ");
+		json_ints(f, l->candidates, l->ncandidates);
 		fprintf(f, ", \"start\": %.3f, \"held_s\": %.3f}", secs(l->start_ns),
 			secs(st->now_ns - l->start_ns));
 	}
-	fprintf(f, "],\n \"queue\": [");
+	fprintf(f, "], \"queue\": [");
 	for (int i = 0; i < st->nwaiters; i++) {
 		const struct gm_state_waiter *w = &st->waiters[i];
 
 		user_name(w->uid, user, sizeof user);
-		fprintf(f, "%s\n  {\"position\": %d, \"ticket\": %" PRIu64
+		fprintf(f, "%s{\"position\": %d, \"ticket\": %" PRIu64
 			", \"pid\": %d, \"uid\": %u, \"user\": ",
-			i ? "," : "", i + 1, w->ticket, (int)w->pid, (unsigned)w->uid);
+			i ? ", " : "", i + 1, w->ticket, (int)w->pid, (unsigned)w->uid);
 		json_str(f, user);
 		fprintf(f, ", \"job\": ");
 		json_str(f, w->job);
@@ -204,6 +219,27 @@ static void print_json(FILE *f, const char *dir, const struct gm_state *st,
 	fprintf(f, "]}\n");
 }
 
+/* Longest --interval, seconds: a day between refreshes is already more
+ * than anyone watches for. */
+#define GM_INTERVAL_MAX 86400
+
+/* --interval: the timeout parser's syntax, with the range of the help. */
+static int parse_interval(const char *text, double *out)
+{
+	char err[GM_ERR_MAX];
+	double v;
+
+	if (gm_parse_timeout("--interval", text, &v, err, sizeof err) == 0 &&
+	    v > 0 && v <= GM_INTERVAL_MAX) {
+		*out = v;
+		return 0;
+	}
+	fprintf(stderr,
+		"gpumutex status: --interval=\"%s\" is not valid; expected seconds above 0 and at most %d as a plain decimal number such as \"1\" or \"0.5\"\n",
+		text, GM_INTERVAL_MAX);
+	return 2;
+}
+
 static volatile sig_atomic_t stop;
 static void on_sigint(int sig) { (void)sig; stop = 1; }
 
@@ -214,25 +250,33 @@ static void status_usage(FILE *f)
 		"\n"
 		"Show, per managed GPU, whether it is free or held and by whom (job,\n"
 		"PIDs, user, how long, command), then the queue in order. Reads the\n"
-		"lock directory without taking any lock.\n"
+		"lock directory without taking any lock. A GPU is managed now when it\n"
+		"is held, or a live waiter or lease has it among its candidates, or\n"
+		"`gpumutex init` declared it; other device files (left by jobs that\n"
+		"managed other GPUs) are only named below the table.\n"
 		"\n"
-		"  --json          one JSON document (schema gpumutex.status/1,\n"
-		"                  see docs/status-json.md)\n"
-		"  --watch         refresh in place until interrupted\n"
-		"  --interval S    seconds between refreshes with --watch (default 1)\n"
-		"  --lock-dir DIR  lock directory (default: $GPUMUTEX_LOCK_DIR, else %s)\n"
-		"  -h, --help      this help\n",
-		GM_DEFAULT_LOCK_DIR);
+		"  --json          one JSON document on one line (schema\n"
+		"                  gpumutex.status/2, see docs/status-json.md)\n"
+		"  --watch         refresh until interrupted: in place on a terminal;\n"
+		"                  otherwise each refresh after the last, after an\n"
+		"                  empty line, with no terminal codes; with --json one\n"
+		"                  document per line (JSON Lines), never any codes\n"
+		"  --interval S    seconds between refreshes with --watch, above 0 and\n"
+		"                  at most %d, such as 0.5 (default 1)\n"
+		"  --lock-dir DIR  lock directory, an absolute path (default:\n"
+		"                  $GPUMUTEX_LOCK_DIR, else %s)\n"
+		"  -h, --help      this help\n"
+		"Flags that take a value also take the form --flag=VALUE.\n",
+		GM_INTERVAL_MAX, GM_DEFAULT_LOCK_DIR);
 }
 
 int gm_status_main(int argc, char **argv)
 {
 	const char *dir = getenv("GPUMUTEX_LOCK_DIR");
-	int json = 0, watch = 0;
+	const char *dir_name = "GPUMUTEX_LOCK_DIR";
+	int json = 0, watch = 0, clear, frame = 0;
 	double interval = 1.0;
 
-	if (!dir || !*dir)
-		dir = GM_DEFAULT_LOCK_DIR;
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i], *v = NULL;
 
@@ -243,31 +287,37 @@ int gm_status_main(int argc, char **argv)
 		else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
 			status_usage(stdout);
 			return 0;
-		} else if ((v = gm_cli_opt(argc, argv, &i, "--lock-dir")) != NULL)
+		} else if ((v = gm_cli_opt(argc, argv, &i, "--lock-dir")) != NULL) {
 			dir = v;
-		else if ((v = gm_cli_opt(argc, argv, &i, "--interval")) != NULL) {
-			char err[GM_ERR_MAX];
-			if (gm_parse_timeout("--interval", v, &interval, err, sizeof err) ||
-			    interval <= 0) {
-				fprintf(stderr, "gpumutex status: %s\n",
-					interval <= 0 ? "--interval must be above 0" : err);
+			dir_name = "--lock-dir";
+		} else if ((v = gm_cli_opt(argc, argv, &i, "--interval")) != NULL) {
+			if (parse_interval(v, &interval))
 				return 2;
-			}
 		} else {
 			fprintf(stderr, "gpumutex status: unknown argument '%s'\n", a);
 			status_usage(stderr);
 			return 2;
 		}
 	}
+	dir = gm_cli_lock_dir("gpumutex status", dir, dir_name);
+	if (!dir)
+		return 2;
 	if (watch)
 		signal(SIGINT, on_sigint);
+	/* Redraw in place only for a person at a terminal: in a pipe or a
+	 * file, the codes would be noise in every frame, and JSON readers
+	 * want nothing but documents. */
+	clear = watch && !json && isatty(STDOUT_FILENO);
 	do {
 		struct gm_state st;
 		char err[GM_ERR_MAX];
 		int rc = gm_state_read(dir, &st, err, sizeof err);
 
-		if (watch)
+		if (clear)
 			fputs("\033[H\033[J", stdout);
+		else if (watch && !json && frame)
+			fputc('\n', stdout);
+		frame++;
 		if (rc == -ENOENT) {
 			if (json)
 				print_json(stdout, dir, &st, 0);

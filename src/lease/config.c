@@ -142,6 +142,33 @@ int gm_job_check(const char *name, const char *text, char *err,
 	return 0;
 }
 
+int gm_parse_quiet(const char *name, const char *text, int *out, char *err,
+		   size_t errlen)
+{
+	if (text && (strcmp(text, "0") == 0 || strcmp(text, "1") == 0)) {
+		*out = text[0] == '1';
+		return 0;
+	}
+	return gm__fail(-EINVAL, err, errlen,
+			"%s=\"%s\" is not valid; expected 1 (no waiting line) or 0 (print it)",
+			name, text ? text : "");
+}
+
+int gm_check_lock_dir(const char *name, const char *text, char *err,
+		      size_t errlen)
+{
+	/* 64 bytes to spare for the names below it (dev/63, job/<uid>/<job>
+	 * are formatted into buffers of that size around lock_dir). */
+	if (!text || text[0] != '/' ||
+	    strlen(text) >= sizeof ((struct gm_config *)0)->lock_dir - 64)
+		return gm__fail(-EINVAL, err, errlen,
+				"%s=\"%s\" is not usable; expected an absolute directory path of at most %d bytes such as \"%s\"",
+				name, text ? text : "",
+				(int)sizeof ((struct gm_config *)0)->lock_dir - 65,
+				GM_DEFAULT_LOCK_DIR);
+	return 0;
+}
+
 void gm__random_bytes(void *out, size_t len)
 {
 	unsigned char *raw = out;
@@ -212,8 +239,10 @@ int gm_config_from_env(struct gm_config *cfg, char *err, size_t errlen)
 	cfg->timeout_s = -1;
 	cfg->recheck_ms = GM_DEFAULT_RECHECK_MS;
 
+	/* Empty is unset: shells and tools export empty variables, and an
+	 * empty list could only ever be refused. */
 	v = env("GPUMUTEX_VISIBLE_DEVICES");
-	if (!v)
+	if (!v || !*v)
 		return 1;
 	rc = gm_parse_devices("GPUMUTEX_VISIBLE_DEVICES", v, cfg->devices,
 			      &cfg->ndevices, err, errlen);
@@ -231,10 +260,9 @@ int gm_config_from_env(struct gm_config *cfg, char *err, size_t errlen)
 	v = env("GPUMUTEX_LOCK_DIR");
 	if (!v)
 		v = GM_DEFAULT_LOCK_DIR;
-	if (!*v || v[0] != '/' || strlen(v) >= sizeof cfg->lock_dir - 64)
-		return gm__fail(-EINVAL, err, errlen,
-				"GPUMUTEX_LOCK_DIR=\"%s\" is not usable; expected an absolute directory path such as \"%s\"",
-				v, GM_DEFAULT_LOCK_DIR);
+	rc = gm_check_lock_dir("GPUMUTEX_LOCK_DIR", v, err, errlen);
+	if (rc)
+		return rc;
 	strcpy(cfg->lock_dir, v);
 
 	v = env("GPUMUTEX_TIMEOUT");
@@ -254,7 +282,11 @@ int gm_config_from_env(struct gm_config *cfg, char *err, size_t errlen)
 	}
 
 	v = env("GPUMUTEX_QUIET");
-	cfg->quiet = v && *v && strcmp(v, "0") != 0;
+	if (v) {
+		rc = gm_parse_quiet("GPUMUTEX_QUIET", v, &cfg->quiet, err, errlen);
+		if (rc)
+			return rc;
+	}
 
 	v = env("GPUMUTEX_RECHECK_MS");
 	if (v) {

@@ -31,6 +31,9 @@
 /* Records are read whole up to this size; members are appended only
  * while a record is below 3/8 of it, so it cannot grow for ever. */
 #define GM_RECORD_MAX 4096
+/* The pool `gpumutex init` declares, in the lock directory itself:
+ * "gpumutex-pool 1\ndevices=<list>\n" (gm_lockdir_declare). */
+#define GM_POOL_FILE "pool"
 
 /* Format into err (if any) and return rc: `return gm__fail(-EINVAL, ...)`. */
 int gm__fail(int rc, char *err, size_t errlen, const char *fmt, ...)
@@ -69,6 +72,11 @@ void gm__dir_close(struct gm__dir *d);
  */
 int gm__user_dir(struct gm__dir *d, int64_t deadline, char *err,
 		 size_t errlen);
+
+/* The same directory, only if it exists (nothing is made, no lock is
+ * taken): 0 with d->user open, -ENOENT when this user has none yet, or
+ * -errno with a message. */
+int gm__user_dir_find(struct gm__dir *d, char *err, size_t errlen);
 
 /* renameat that never replaces an existing `to` (RENAME_NOREPLACE where
  * the kernel and filesystem have it); -1 with errno set on failure. */

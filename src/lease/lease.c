@@ -65,7 +65,10 @@ static void notify_wait(struct acq *a, int ahead, int head, int job_busy)
 		if (a->tk.seq % GM_CLEANUP_EVERY == 0)
 			gm__cleanup_jobs(&a->d, a->jobname);
 	}
-	if (!a->hooks || !a->hooks->on_wait)
+	/* With no time to wait, the process gives up at once instead: "waits
+	 * for" would be the wrong thing to tell (the timeout message follows
+	 * right away). */
+	if (!a->hooks || !a->hooks->on_wait || a->cfg->timeout_s == 0)
 		return;
 	info.ticket = a->tk.seq;
 	info.ahead = ahead;
@@ -83,6 +86,10 @@ static int timed_out(struct acq *a)
 	for (int i = 0; i < c->ndevices; i++)
 		off += (size_t)snprintf(list + off, sizeof list - off, "%s%d",
 					i ? "," : "", c->devices[i]);
+	if (c->timeout_s == 0)
+		return gm__fail(-ETIMEDOUT, a->err, a->errlen,
+				"could not get %d of GPUs %s at once, and GPUMUTEX_TIMEOUT=0 says not to wait",
+				c->want, list);
 	return gm__fail(-ETIMEDOUT, a->err, a->errlen,
 			"gave up after GPUMUTEX_TIMEOUT=%g s waiting for %d of GPUs %s",
 			c->timeout_s, c->want, list);
@@ -91,7 +98,7 @@ static int timed_out(struct acq *a)
 /* ---- The job lock ------------------------------------------------------ */
 
 /*
- * Take the write lock on job/<uid>-<job>. While another process of the
+ * Take the write lock on job/<uid>/<job>. While another process of the
  * job holds it (it is claiming, or checking the lease), sleep until its
  * holder closes the FIFO, then try again.
  */
@@ -204,6 +211,7 @@ static int record_write(struct acq *a, const struct gm_lease *l)
 {
 	char name[GM_JOB_MAX + 48], tmp[GM_JOB_MAX + 48];
 	char buf[2048], list[GM_MAX_DEVICES * 4] = "";
+	char cand[GM_MAX_DEVICES * 4] = "";
 	size_t off = 0;
 	int fd, len, rc = 0;
 	pid_t pid = getpid();
@@ -212,11 +220,17 @@ static int record_write(struct acq *a, const struct gm_lease *l)
 	for (int i = 0; i < l->ndevices; i++)
 		off += (size_t)snprintf(list + off, sizeof list - off, "%s%d",
 					i ? "," : "", l->devices[i]);
+	off = 0;
+	for (int i = 0; i < a->cfg->ndevices; i++)
+		off += (size_t)snprintf(cand + off, sizeof cand - off, "%s%d",
+					i ? "," : "", a->cfg->devices[i]);
+	/* candidates= is for `gpumutex status` only (which GPUs this job
+	 * manages); nothing that decides about the lease reads it. */
 	len = snprintf(buf, sizeof buf,
 		       "gpumutex-lease 1\nlease=%" PRIx64 "\njob=%s\nuid=%u\n"
-		       "devices=%s\nstart=%" PRId64 "\npid=%d\ncmd=%s\n"
-		       "member=%d\n",
-		       l->lease_id, a->cfg->job, (unsigned)geteuid(), list,
+		       "devices=%s\ncandidates=%s\nstart=%" PRId64 "\npid=%d\n"
+		       "cmd=%s\nmember=%d\n",
+		       l->lease_id, a->cfg->job, (unsigned)geteuid(), list, cand,
 		       gm__real_ns(), (int)pid, a->cmd, (int)pid);
 	/* Written whole under a temporary name, then renamed, so a reader
 	 * (gpumutex status) never sees half a record. We hold the job lock,
@@ -639,8 +653,16 @@ int gm_lease_acquire(const struct gm_config *cfg,
 	if (rc == 0) {
 		rc = join(&a, &r, out);
 		if (rc == 1) {
+			/* The lease is alive, so it is the job's and cannot
+			 * change: a process it does not fit gets nothing (a
+			 * claim would wait for its own job's GPUs). */
+			rc = gm_join_check(cfg, out->devices, out->ndevices,
+					   &out->usable, err, errlen);
+			if (rc) {
+				drop(out->fds, out->ndevices);
+				goto out;
+			}
 			record_add_member(&a);
-			rc = 0;
 			goto out;
 		}
 		if (rc < 0)
@@ -654,6 +676,8 @@ int gm_lease_acquire(const struct gm_config *cfg,
 	 * hold its job lock. */
 	dead = 1;
 	rc = claim(&a, out);
+	for (int i = 0; rc == 0 && i < out->ndevices; i++)
+		out->usable |= UINT64_C(1) << out->devices[i];
 	if (rc == 0 && hooks && hooks->on_granted)
 		hooks->on_granted(hooks->arg, out);
 	if (rc == 0)

@@ -16,6 +16,7 @@
 #ifndef GPUMUTEX_LEASE_H
 #define GPUMUTEX_LEASE_H
 
+#include <errno.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
@@ -43,8 +44,9 @@ struct gm_config {
  * Fill `cfg` from the process environment: GPUMUTEX_VISIBLE_DEVICES,
  * GPUMUTEX_NUM_DEVICES, GPUMUTEX_LOCK_DIR, GPUMUTEX_TIMEOUT, GPUMUTEX_JOB,
  * GPUMUTEX_QUIET and GPUMUTEX_RECHECK_MS.
- * Returns 1 when GPUMUTEX_VISIBLE_DEVICES is unset (gpumutex is not
- * configured: the caller passes through), 0 when `cfg` is valid, and
+ * Returns 1 when GPUMUTEX_VISIBLE_DEVICES is unset or empty (gpumutex is
+ * not configured: the caller passes through; the other variables are then
+ * not read), 0 when `cfg` is valid, and
  * -EINVAL with a message naming the variable, its value and what is
  * expected when any variable is malformed. A missing GPUMUTEX_JOB is not an
  * error: cfg->job is left empty and gm_job_generate() makes one.
@@ -75,6 +77,10 @@ int gm_parse_uint(const char *s, int base, uint64_t max, uint64_t *out);
  *   optional fraction ("30", "0.5", ".5"); no sign, exponent or "inf".
  * gm_job_check: 1 to GM_JOB_MAX characters from [A-Za-z0-9_-] (it
  *   becomes part of file names).
+ * gm_parse_quiet: exactly "1" (quiet) or "0"; anything else ("", "yes",
+ *   "false", "00") is refused, since a typo must not flip the meaning.
+ * gm_check_lock_dir: an absolute path short enough for gm_config.lock_dir
+ *   (the text only; gm_lockdir_prepare checks the directory itself).
  */
 int gm_parse_devices(const char *name, const char *text, int *out, int *n,
 		     char *err, size_t errlen);
@@ -84,6 +90,10 @@ int gm_parse_timeout(const char *name, const char *text, double *out,
 		     char *err, size_t errlen);
 int gm_job_check(const char *name, const char *text, char *err,
 		 size_t errlen);
+int gm_parse_quiet(const char *name, const char *text, int *out, char *err,
+		   size_t errlen);
+int gm_check_lock_dir(const char *name, const char *text, char *err,
+		      size_t errlen);
 
 /* Write a fresh random job id (32 hex digits) into buf[GM_JOB_MAX + 1]. */
 void gm_job_generate(char *buf);
@@ -96,6 +106,10 @@ struct gm_lease {
 	uint64_t ticket;             /* this process's place in line; 0 if it joined */
 	int joined;                  /* 1: joined the job's live lease */
 	int fds[GM_MAX_DEVICES];     /* the descriptors that hold the lease */
+	uint64_t usable;             /* bit i: device i is one this process may
+	                              * use, i.e. one of its candidates; every
+	                              * device for a claimer, those
+	                              * gm_join_check allows for a joiner */
 };
 
 /* What a caller may learn while gm_lease_acquire runs. */
@@ -108,7 +122,8 @@ struct gm_wait_info {
 
 struct gm_acquire_hooks {
 	/* Called once, the first time the process has to wait (not when it is
-	 * served at once). The preload prints its one-line message here. */
+	 * served at once, nor with cfg->timeout_s == 0, where it gives up
+	 * instead of waiting). The preload prints its one-line message here. */
 	void (*on_wait)(void *arg, const struct gm_wait_info *info);
 	/* Called after the devices are locked and before the ticket is
 	 * released: grants of conflicting jobs are strictly ordered here. */
@@ -126,7 +141,12 @@ struct gm_acquire_hooks {
  * On success fills `out` and returns 0: the lease lives as long as the
  * descriptors in out->fds stay open in this process or in forked
  * children; they are O_CLOEXEC and nothing here ever closes them.
- * Errors: -ETIMEDOUT after cfg->timeout_s; -EINVAL, -EACCES, -ELOOP,
+ * A joiner holds the whole lease (so that it stays one lease), but may
+ * use only out->usable: the lease's devices among its own candidates.
+ * Errors: -GM_EJOIN when the job's lease is alive but does not fit this
+ * process (gm_join_check: none of its devices, or fewer than cfg->want,
+ * are among cfg->devices): the process is not a member and must not use
+ * any GPU; -ETIMEDOUT after cfg->timeout_s; -EINVAL, -EACCES, -ELOOP,
  * -ENOTDIR, -EPERM, -ENOSPC or another errno when the lock directory is
  * unusable (the message says why). On any error nothing is left behind:
  * no descriptor, no lock, no ticket.
@@ -134,6 +154,43 @@ struct gm_acquire_hooks {
 int gm_lease_acquire(const struct gm_config *cfg,
 		     const struct gm_acquire_hooks *hooks,
 		     struct gm_lease *out, char *err, size_t errlen);
+
+/* gm_lease_acquire's and gm_join_check's "does not fit" (EXDEV, which no
+ * step of the protocol returns otherwise). */
+#define GM_EJOIN EXDEV
+
+/*
+ * May a process configured by `cfg` join its job's live lease on
+ * `devices` (`ndevices` of them)? It may use the lease's devices that are
+ * among its candidates cfg->devices, and needs cfg->want of them: a job's
+ * lease cannot grow or move, so a process of the job that wants more, or
+ * other GPUs, than the lease holds cannot be served by it. Sets *usable
+ * (if given) to those devices as a bit set. Returns 0, or -GM_EJOIN with
+ * a message naming the job, the lease's devices and the process's own.
+ */
+int gm_join_check(const struct gm_config *cfg, const int *devices,
+		  int ndevices, uint64_t *usable, char *err, size_t errlen);
+
+/* What a job of this user is doing in a lock directory (gm_job_probe). */
+struct gm_job_state {
+	uint64_t lease_id;           /* its live lease, when there is one */
+	int devices[GM_MAX_DEVICES]; /* the lease's devices, ascending */
+	int ndevices;                /* 0 unless gm_job_probe returned 1 */
+};
+
+/*
+ * Does job `job` of this user (euid) hold a lease in `lock_dir` now?
+ * For launchers started inside a job (gpumutex-run, the Python package):
+ * a command they start as a new job would queue behind the GPUs its own
+ * caller holds. Takes no lock and creates nothing (F_OFD_GETLK probes and
+ * a read of the job's record, trusted only if it is ours).
+ * Returns 1 when the job has a live lease (`out` names it), 2 when it has
+ * none but one of its processes holds the job lock (it is taking one),
+ * 0 when neither (also when the directory does not exist), -EINVAL for a
+ * malformed job id, or another -errno when it cannot be told.
+ */
+int gm_job_probe(const char *lock_dir, const char *job,
+		 struct gm_job_state *out, char *err, size_t errlen);
 
 /*
  * For a child forked while another thread of its parent was inside
@@ -147,14 +204,32 @@ void gm_lease_forget_inflight(void);
 
 /*
  * Prepare the lock directory and the device files of cfg->devices, with
- * the checks gm_lease_acquire makes (symlinks, owners, modes). Used by
- * `gpumutex init`. Run as root, it also makes the directories, the device
- * files and queue/seq root's (taking over existing ones, safely while in
- * use), with the lock directory and dev/ at mode 0755: nobody else can
- * then remove, replace or add a device file (docs/design.md, "Users and
- * permissions").
+ * the checks gm_lease_acquire makes (symlinks, owners, modes), creating
+ * what is missing as gm_lease_acquire would. Used by `gpumutex init` and
+ * by `gpumutex-run`, so that an unusable directory is its error rather
+ * than the command's.
  */
 int gm_lockdir_prepare(const struct gm_config *cfg, char *err, size_t errlen);
+
+/*
+ * For `gpumutex init` run as root, after gm_lockdir_prepare: make the lock
+ * directory, its subdirectories, the device files of cfg->devices and
+ * queue/seq root's (taking over existing ones, safely while in use: locks
+ * belong to open descriptions), with the lock directory and dev/ at mode
+ * 0755 and queue/ and job/ at 1777. Nobody else can then remove, replace
+ * or add a device file (docs/design.md, "Users and permissions"). Does
+ * nothing for other users. 0 or -errno with a message.
+ */
+int gm_lockdir_secure(const struct gm_config *cfg, char *err, size_t errlen);
+
+/*
+ * Declare cfg->devices the lock directory's pool: the GPUs gm_state_read
+ * reports as managed even while no job names them (the file `pool` in the
+ * lock directory, replaced whole; it only describes, it grants nothing).
+ * Used by `gpumutex init`; a later declaration replaces the earlier one.
+ * Needs gm_lockdir_prepare first. 0 or -errno with a message.
+ */
+int gm_lockdir_declare(const struct gm_config *cfg, char *err, size_t errlen);
 
 /* ---- Introspection ---------------------------------------------------- */
 
@@ -164,8 +239,12 @@ struct gm_state_lease {
 	uint64_t lease_id;
 	char job[GM_JOB_MAX + 1];
 	uid_t uid;
-	int devices[GM_MAX_DEVICES];
+	int devices[GM_MAX_DEVICES]; /* granted */
 	int ndevices;
+	int candidates[GM_MAX_DEVICES]; /* what it could have been granted
+				      * (its GPUMUTEX_VISIBLE_DEVICES, narrowed);
+				      * = devices for a record without them */
+	int ncandidates;
 	pid_t pids[32];              /* members that announced themselves */
 	int npids;
 	char cmd[GM_CMD_MAX];        /* command line of the first member */
@@ -190,9 +269,20 @@ struct gm_state_device {
 	int lease;                   /* index into leases[], -1 if unknown */
 };
 
+/*
+ * A device is managed now, and listed in devices[], when it is held or
+ * being granted, or a candidate of a live waiter or of a live lease, or in
+ * the pool `gpumutex init` declared. The other device files (left by jobs
+ * that managed other GPUs, or by an earlier pool) are only counted in
+ * unmanaged[]: nobody would ever be granted them as things stand.
+ */
 struct gm_state {
-	struct gm_state_device devices[GM_MAX_DEVICES];
+	struct gm_state_device devices[GM_MAX_DEVICES]; /* managed, ascending */
 	int ndevices;
+	int unmanaged[GM_MAX_DEVICES];   /* other device files, ascending */
+	int nunmanaged;
+	int pool[GM_MAX_DEVICES];        /* declared by `gpumutex init` */
+	int npool;
 	struct gm_state_lease *leases;
 	int nleases;
 	struct gm_state_waiter *waiters; /* in queue order */

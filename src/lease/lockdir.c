@@ -239,7 +239,8 @@ static int open_dir(int parent, const char *name, const char *path,
 		if (fd >= 0)
 			break;
 		if (errno == ENOTDIR || errno == ELOOP) {
-			/* O_DIRECTORY|O_NOFOLLOW says ENOTDIR for a symlink. */
+			/* O_DIRECTORY|O_NOFOLLOW says ENOTDIR for a symlink;
+			 * ENOTDIR also comes from a file higher up the path. */
 			struct stat st;
 			int r = gm__fstatat(parent, name, &st,
 					    AT_SYMLINK_NOFOLLOW);
@@ -248,9 +249,13 @@ static int open_dir(int parent, const char *name, const char *path,
 				return gm__fail(-ELOOP, err, errlen,
 						"%s is a symbolic link%s; gpumutex refuses to follow it (set GPUMUTEX_LOCK_DIR to a real directory)",
 						path, note);
+			if (r == 0)
+				return gm__fail(-ENOTDIR, err, errlen,
+						"%s exists but is not a directory%s",
+						path, note);
 			return gm__fail(-ENOTDIR, err, errlen,
-					"%s exists but is not a directory%s",
-					path, note);
+					"cannot open lock directory %s: a component of the path above it is not a directory",
+					path);
 		}
 		if (errno != ENOENT || !create || tries > 2) {
 			rc = -errno;
@@ -460,37 +465,18 @@ static int own(int fd, mode_t mode, const char *what, char *err,
 	return 0;
 }
 
-/*
- * Run by root, the lock directory and dev/ become root's and 0755, queue/
- * and job/ root's and 1777, the device files and queue/seq root's and
- * 0666: nobody else can then remove, replace or add a device file, nor
- * remove a directory, whoever made them first (an existing directory is
- * taken over while in use). Run by anyone else, the files are made as a
- * claim would make them.
- */
 int gm_lockdir_prepare(const struct gm_config *cfg, char *err, size_t errlen)
 {
 	struct gm__dir d;
 	int rc = gm__dir_open(cfg->lock_dir, 1, &d, err, errlen);
-	const int root = geteuid() == 0;
 
 	if (rc)
 		return rc;
-	if (root) {
-		int fds[4] = { d.root, d.dev, d.queue, d.job };
-		static const mode_t modes[4] = { 0755, 0755, 01777, 01777 };
-		static const char *const names[4] = {
-			"the lock directory", "dev/", "queue/", "job/" };
-		for (int i = 0; i < 4 && rc == 0; i++)
-			rc = own(fds[i], modes[i], names[i], err, errlen);
-	}
 	for (int i = 0; i < cfg->ndevices && rc == 0; i++) {
 		int fd = gm__dev_open(&d, cfg->devices[i], O_RDONLY, err, errlen);
 		if (fd < 0)
 			rc = fd;
-		else if (root)
-			rc = own(fd, 0666, "a device file", err, errlen);
-		if (fd >= 0)
+		else
 			gm__close(fd);
 	}
 	if (rc == 0) {
@@ -498,11 +484,82 @@ int gm_lockdir_prepare(const struct gm_config *cfg, char *err, size_t errlen)
 				  O_RDONLY, 0, 0666, err, errlen);
 		if (fd < 0)
 			rc = fd;
-		else if (root)
-			rc = own(fd, 0666, "queue/seq", err, errlen);
+		else
+			gm__close(fd);
+	}
+	gm__dir_close(&d);
+	return rc;
+}
+
+int gm_lockdir_secure(const struct gm_config *cfg, char *err, size_t errlen)
+{
+	static const mode_t modes[4] = { 0755, 0755, 01777, 01777 };
+	static const char *const names[4] = {
+		"the lock directory", "dev/", "queue/", "job/" };
+	struct gm__dir d;
+	int rc, fd;
+
+	if (geteuid() != 0)
+		return 0;
+	rc = gm__dir_open(cfg->lock_dir, 0, &d, err, errlen);
+	if (rc)
+		return rc;
+	{
+		int fds[4] = { d.root, d.dev, d.queue, d.job };
+		for (int i = 0; i < 4 && rc == 0; i++)
+			rc = own(fds[i], modes[i], names[i], err, errlen);
+	}
+	for (int i = 0; i < cfg->ndevices && rc == 0; i++) {
+		fd = gm__dev_open(&d, cfg->devices[i], O_RDONLY, err, errlen);
+		rc = fd < 0 ? fd : own(fd, 0666, "a device file", err, errlen);
+		if (fd >= 0)
+			gm__close(fd);
+	}
+	if (rc == 0) {
+		fd = gm__open(d.queue, "ticket counter queue/seq", "seq",
+			      O_RDONLY, 0, 0, err, errlen);
+		rc = fd < 0 ? fd : own(fd, 0666, "queue/seq", err, errlen);
 		if (fd >= 0)
 			gm__close(fd);
 	}
 	gm__dir_close(&d);
 	return rc;
+}
+
+int gm_lockdir_declare(const struct gm_config *cfg, char *err, size_t errlen)
+{
+	struct gm__dir d;
+	char tmp[64], buf[GM_MAX_DEVICES * 4 + 64];
+	size_t off;
+	int fd, rc = gm__dir_open(cfg->lock_dir, 0, &d, err, errlen);
+
+	if (rc)
+		return rc;
+	off = (size_t)snprintf(buf, sizeof buf, "gpumutex-pool 1\ndevices=");
+	for (int i = 0; i < cfg->ndevices; i++)
+		off += (size_t)snprintf(buf + off, sizeof buf - off, "%s%d",
+					i ? "," : "", cfg->devices[i]);
+	off += (size_t)snprintf(buf + off, sizeof buf - off, "\n");
+	/* Whole or not at all: written under a name of ours, then renamed
+	 * over the old declaration, so a reader sees one or the other. */
+	gm__tmp_name(tmp, sizeof tmp); /* one nobody can make first */
+	errno = 0;
+	fd = openat(d.root, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW |
+		    O_CLOEXEC, 0644);
+	if (fd < 0 || fchmod(fd, 0644) < 0 ||
+	    write(fd, buf, off) != (ssize_t)off ||
+	    renameat(d.root, tmp, d.root, GM_POOL_FILE) < 0) {
+		rc = errno ? -errno : -EIO;
+		if (fd >= 0)
+			close(fd);
+		unlinkat(d.root, tmp, 0);
+		gm__dir_close(&d);
+		return gm__fail(rc, err, errlen,
+				"cannot write %s/" GM_POOL_FILE ": %s%s", cfg->lock_dir,
+				strerror(-rc), rc == -EPERM || rc == -EACCES ?
+				" (another user declared the pool: run gpumutex init as that user or as root)" : "");
+	}
+	close(fd);
+	gm__dir_close(&d);
+	return 0;
 }

@@ -180,6 +180,7 @@ void gm__cleanup_jobs(const struct gm__dir *d, const char *keep)
 	}
 	closedir(dir);
 	cleanup_tmp(d->user);
+	cleanup_tmp(d->root);
 	cleanup_tmp(d->job);
 	cleanup_tmp(d->dev);
 	cleanup_tmp(d->queue);
@@ -245,26 +246,24 @@ static int user_dir_make(const struct gm__dir *d, const char *name)
 	return rc;
 }
 
-/* Under the counter lock: our directory if one exists (job/<uid> first,
- * else the lowest-named job/<uid>.<hex>), else a new one. Only we make
- * directories of ours, and only here, so there is never more than one. */
-static int user_dir_locked(struct gm__dir *d, const char *primary,
-			   char *err, size_t errlen)
+/* Our directory if one exists: job/<uid> first, else the lowest-named
+ * job/<uid>.<hex>. Its name goes into `best`; 0, -ENOENT, or -errno. */
+static int user_dir_find(struct gm__dir *d, const char *primary, char *best,
+			 size_t bestlen)
 {
-	char best[40] = "";
 	DIR *dir;
 	struct dirent *de;
-	int fd = user_dir_try(d, primary), rc;
+	int fd = user_dir_try(d, primary);
 
+	best[0] = '\0';
 	if (fd >= 0) {
-		snprintf(d->user_name, sizeof d->user_name, "%s", primary);
-		d->user = gm__track(fd);
+		snprintf(best, bestlen, "%s", primary);
+		close(fd);
 		return 0;
 	}
 	dir = gm__listdir(d->job);
 	if (!dir)
-		return gm__fail(-errno, err, errlen, "cannot read job/: %s",
-				strerror(errno));
+		return -errno;
 	while ((de = readdir(dir)) != NULL) {
 		if (!is_alt_name(de->d_name, primary) ||
 		    (best[0] && strcmp(de->d_name, best) >= 0))
@@ -272,11 +271,45 @@ static int user_dir_locked(struct gm__dir *d, const char *primary,
 		fd = user_dir_try(d, de->d_name);
 		if (fd >= 0) {
 			close(fd);
-			snprintf(best, sizeof best, "%.39s", de->d_name);
+			snprintf(best, bestlen, "%.39s", de->d_name);
 		}
 	}
 	closedir(dir);
-	for (int tries = 0; !best[0] && tries < 8; tries++) {
+	return best[0] ? 0 : -ENOENT;
+}
+
+/* Open `name`, found or made by us, into d->user. */
+static int user_dir_use(struct gm__dir *d, const char *name, char *err,
+			size_t errlen)
+{
+	int fd = user_dir_try(d, name);
+
+	if (fd < 0) {
+		char note[64];
+		gm__owner_note(d->job, name, note, sizeof note);
+		return gm__fail(fd == GM__FOREIGN ? -EPERM : fd, err, errlen,
+				"cannot use job/%s for this user's job files%s",
+				name, note);
+	}
+	snprintf(d->user_name, sizeof d->user_name, "%s", name);
+	d->user = gm__track(fd);
+	return 0;
+}
+
+/* Under the counter lock: our directory, or a new one. Only we make
+ * directories of ours, and only here, so there is never more than one. */
+static int user_dir_locked(struct gm__dir *d, const char *primary,
+			   char *err, size_t errlen)
+{
+	char best[40];
+	int rc = user_dir_find(d, primary, best, sizeof best);
+
+	if (rc == 0)
+		return user_dir_use(d, best, err, errlen);
+	if (rc != -ENOENT)
+		return gm__fail(rc, err, errlen, "cannot read job/: %s",
+				strerror(-rc));
+	for (int tries = 0; tries < 8; tries++) {
 		struct stat st;
 
 		if (gm__fstatat(d->job, primary, &st, AT_SYMLINK_NOFOLLOW) < 0 &&
@@ -286,27 +319,30 @@ static int user_dir_locked(struct gm__dir *d, const char *primary,
 			snprintf(best, sizeof best, "%s.%016" PRIx64, primary,
 				 gm__random_u64());
 		rc = user_dir_make(d, best);
-		if (rc == -EEXIST) {
-			best[0] = '\0';
-			continue;
-		}
-		if (rc)
+		if (rc == 0)
+			return user_dir_use(d, best, err, errlen);
+		if (rc != -EEXIST)
 			return gm__fail(rc, err, errlen,
 					"cannot create job/%s: %s", best,
 					strerror(-rc));
 	}
-	fd = best[0] ? user_dir_try(d, best) : -EEXIST;
-	if (fd < 0) {
-		char note[64] = "";
-		if (best[0])
-			gm__owner_note(d->job, best, note, sizeof note);
-		return gm__fail(fd == GM__FOREIGN ? -EPERM : fd, err, errlen,
-				"cannot set up a directory for this user's job files in job/ (job/%s%s)",
-				best[0] ? best : primary, note);
-	}
-	snprintf(d->user_name, sizeof d->user_name, "%s", best);
-	d->user = gm__track(fd);
-	return 0;
+	return gm__fail(-EEXIST, err, errlen,
+			"cannot create a directory for this user's job files in job/: every name tried was taken");
+}
+
+int gm__user_dir_find(struct gm__dir *d, char *err, size_t errlen)
+{
+	char primary[16], best[40];
+	int rc;
+
+	snprintf(primary, sizeof primary, "%u", (unsigned)geteuid());
+	rc = user_dir_find(d, primary, best, sizeof best);
+	if (rc == -ENOENT)
+		return rc;
+	if (rc)
+		return gm__fail(rc, err, errlen, "cannot read job/: %s",
+				strerror(-rc));
+	return user_dir_use(d, best, err, errlen);
 }
 
 int gm__user_dir(struct gm__dir *d, int64_t deadline, char *err,

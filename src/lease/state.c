@@ -103,6 +103,14 @@ static int parse_lease(const char *text, struct gm_state_lease *l)
 	    gm_parse_uint(v, 10, INT64_MAX, &n) == 0)
 		l->start_ns = (int64_t)n;
 	field(text, "cmd", l->cmd, sizeof l->cmd);
+	/* Records written before candidates= existed: the granted devices
+	 * are all that is known to be managed by the job. */
+	if (!field(text, "candidates", v, sizeof v) ||
+	    gm_parse_devices("candidates", v, l->candidates, &l->ncandidates,
+			     NULL, 0) != 0) {
+		memcpy(l->candidates, l->devices, sizeof l->devices);
+		l->ncandidates = l->ndevices;
+	}
 	while ((p = strstr(p, "\nmember=")) != NULL) {
 		pid_t pid = 0;
 		int dup = 0;
@@ -249,6 +257,62 @@ static int read_waiters(const struct gm__dir *d, struct gm_state *st)
 	return 0;
 }
 
+/* The pool `gpumutex init` declared (gm_lockdir_declare), if any. */
+static void read_pool(const struct gm__dir *d, struct gm_state *st)
+{
+	char buf[GM_RECORD_MAX], list[GM_MAX_DEVICES * 4];
+	const char *p;
+	size_t len;
+
+	if (gm__read_record(d->root, GM_POOL_FILE, buf, sizeof buf, NULL) != 0 ||
+	    strncmp(buf, "gpumutex-pool 1\n", 16) != 0 ||
+	    !(p = strstr(buf, "\ndevices=")))
+		return;
+	p += 9;
+	len = strcspn(p, "\n");
+	if (len >= sizeof list)
+		return;
+	memcpy(list, p, len);
+	list[len] = '\0';
+	if (gm_parse_devices("devices", list, st->pool, &st->npool, NULL, 0))
+		st->npool = 0;
+}
+
+static uint64_t mask_of(const int *v, int n)
+{
+	uint64_t m = 0;
+
+	for (int i = 0; i < n; i++)
+		m |= UINT64_C(1) << v[i];
+	return m;
+}
+
+/* Keep in devices[] those someone manages now (see lease.h), move the
+ * others' indices to unmanaged[]. */
+static void split_managed(struct gm_state *st)
+{
+	uint64_t managed = mask_of(st->pool, st->npool);
+	int n = 0;
+
+	for (int i = 0; i < st->nleases; i++)
+		managed |= mask_of(st->leases[i].candidates,
+				   st->leases[i].ncandidates) |
+			   mask_of(st->leases[i].devices, st->leases[i].ndevices);
+	for (int i = 0; i < st->nwaiters; i++)
+		managed |= mask_of(st->waiters[i].devices,
+				   st->waiters[i].ndevices);
+	for (int i = 0; i < st->ndevices; i++) {
+		const struct gm_state_device *dev = &st->devices[i];
+
+		if (dev->state != GM_DEV_FREE ||
+		    (managed & (UINT64_C(1) << dev->index)))
+			st->devices[n++] = *dev;
+		else
+			st->unmanaged[st->nunmanaged++] = dev->index;
+	}
+	st->ndevices = n;
+}
+
 int gm_state_read(const char *lock_dir, struct gm_state *st, char *err,
 		  size_t errlen)
 {
@@ -274,6 +338,7 @@ int gm_state_read(const char *lock_dir, struct gm_state *st, char *err,
 	d.dev = open_sub(d.root, "dev");
 	d.queue = open_sub(d.root, "queue");
 	d.job = open_sub(d.root, "job");
+	read_pool(&d, st);
 	if (d.dev >= 0)
 		read_devices(&d, st);
 	rc = d.job >= 0 && d.dev >= 0 ? read_leases(&d, st) : 0;
@@ -284,6 +349,7 @@ int gm_state_read(const char *lock_dir, struct gm_state *st, char *err,
 		gm_state_free(st);
 		return gm__fail(rc, err, errlen, "out of memory");
 	}
+	split_managed(st);
 	/* Map each held device to the live lease that names it. */
 	for (int i = 0; i < st->ndevices; i++)
 		for (int j = 0; j < st->nleases; j++)

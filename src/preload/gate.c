@@ -302,6 +302,24 @@ static int narrow(struct gm_config *cfg, const char *cvd, char *err,
 	return 0;
 }
 
+/*
+ * The job's lease is alive but does not fit this process's own settings
+ * (gm_join_check): say which settings, and that no GPU is used.
+ */
+static void join_refused(const char *cvd, const char *why)
+{
+	char managed[GM_MAX_DEVICES * 4], narrowed[GM_MAX_DEVICES * 4 + 64] = "";
+	const char *v = getenv("GPUMUTEX_VISIBLE_DEVICES");
+	const char *w = getenv("GPUMUTEX_NUM_DEVICES");
+
+	snprintf(managed, sizeof managed, "%s", v ? v : "");
+	if (cvd)
+		snprintf(narrowed, sizeof narrowed,
+			 ", narrowed by CUDA_VISIBLE_DEVICES=\"%s\",", cvd);
+	gmp_say("this process cannot join its job's lease: %s; it has GPUMUTEX_VISIBLE_DEVICES=\"%s\"%s and GPUMUTEX_NUM_DEVICES=%s; cuInit fails (CUDA_ERROR_INVALID_VALUE) so that it uses no GPU outside its own; give it its job's settings, or start it as a job of its own (another GPUMUTEX_JOB), which waits for its turn",
+		why, managed, narrowed, w ? w : "1 (unset)");
+}
+
 /* ---- The gate ----------------------------------------------------------------- */
 
 /*
@@ -390,6 +408,10 @@ static int gate_run(int *py)
 		gmp_say("%s; cuInit returns CUDA_ERROR_NO_DEVICE", err);
 		return GMP_CUDA_ERROR_NO_DEVICE;
 	}
+	if (rc == -GM_EJOIN) {
+		join_refused(cvd, err);
+		return GMP_CUDA_ERROR_INVALID_VALUE;
+	}
 	if (rc) {
 		gmp_say("cannot queue for a GPU in GPUMUTEX_LOCK_DIR=\"%s\": %s; cuInit fails (CUDA_ERROR_NO_DEVICE) so that no GPU is used outside the queue",
 			cfg.lock_dir, err);
@@ -405,8 +427,16 @@ static int gate_run(int *py)
 			gate_ids[i].ino = (unsigned long long)st.st_ino;
 		}
 	}
-	list_format(env_cvd, sizeof env_cvd, gate_lease.devices,
-		    gate_lease.ndevices);
+	{
+		/* What this process may use: all of a lease it was granted,
+		 * the part among its own candidates of one it joined. */
+		int use[GM_MAX_DEVICES], n = 0;
+		for (int i = 0; i < gate_lease.ndevices; i++)
+			if (gate_lease.usable &
+			    (UINT64_C(1) << gate_lease.devices[i]))
+				use[n++] = gate_lease.devices[i];
+		list_format(env_cvd, sizeof env_cvd, use, n);
+	}
 	setenv("CUDA_VISIBLE_DEVICES", env_cvd, 1);
 	setenv("CUDA_DEVICE_ORDER", "PCI_BUS_ID", 1);
 	return 0;

@@ -18,7 +18,9 @@
  * arrive meanwhile wait for it. Every later call returns the same answer
  * at once. Returns 0 when the caller may go on to the real cuInit, or the
  * CUDA error cuInit must return instead:
- *   GMP_CUDA_ERROR_INVALID_VALUE  malformed configuration (sticky);
+ *   GMP_CUDA_ERROR_INVALID_VALUE  malformed configuration, or settings
+ *                                 that the job's live lease does not fit
+ *                                 (GM_EJOIN) (sticky);
  *   GMP_CUDA_ERROR_NO_DEVICE      GPUMUTEX_TIMEOUT ran out, or the lock
  *                                 directory is unusable (sticky).
  * Preserves errno. Never exits, never writes to stdout.

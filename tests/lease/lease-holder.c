@@ -8,11 +8,15 @@
  * one file; format shared with the fake driver, see tests/lib/journal.py):
  *   ev=wait  pid= job= seq= t=            first time it had to wait
  *   ev=grant pid= job= seq= devs= t=      devices locked, ticket still held
- *   ev=join  pid= job= devs= t=           joined the job's live lease
+ *   ev=join  pid= job= devs= t=           joined the job's live lease (devs:
+ *                                         those of its devices it may use)
  *   ev=begin pid= job= dev= lease= t=     after the lease was returned
  *   ev=tick  pid= job= dev= lease= t=     while holding (proof of use)
  *   ev=end   pid= job= dev= lease= t=     just before letting go
  *   ev=fail  pid= job= rc= t=             acquire failed (message on stderr)
+ * begin/tick/end name the devices this process may use (gm_lease.usable).
+ * Exit status: 0; 3 timed out; 7 its job's lease does not fit it
+ * (GM_EJOIN); 4 another error; 2 bad arguments.
  *
  * Options:
  *   --journal FILE    where to append (default $GM_JOURNAL)
@@ -50,13 +54,20 @@
 static int waiting_fd = -1;
 static char job[GM_JOB_MAX + 1];
 
+/* The devices of the lease this process may use (all, for a claimer). */
+static int usable(const struct gm_lease *l, int i)
+{
+	return (l->usable >> l->devices[i]) & 1;
+}
+
 static void devlist(const struct gm_lease *l, char *out, size_t len)
 {
 	size_t off = 0;
 	out[0] = '\0';
 	for (int i = 0; i < l->ndevices; i++)
-		off += (size_t)snprintf(out + off, len - off, "%s%d", i ? "," : "",
-					l->devices[i]);
+		if (usable(l, i))
+			off += (size_t)snprintf(out + off, len - off, "%s%d",
+						off ? "," : "", l->devices[i]);
 }
 
 static void on_wait(void *arg, const struct gm_wait_info *w)
@@ -104,7 +115,7 @@ static int acquire(struct gm_lease *l)
 		fprintf(stderr, "gpumutex: %s\n", err);
 		jwrite("ev=fail pid=%d job=%s rc=%d t=%" PRId64, (int)getpid(), job,
 		       rc, now_ns());
-		return rc == -ETIMEDOUT ? 3 : 4;
+		return rc == -ETIMEDOUT ? 3 : rc == -GM_EJOIN ? 7 : 4;
 	}
 	if (l->joined) {
 		char devs[GM_MAX_DEVICES * 4];
@@ -118,8 +129,10 @@ static int acquire(struct gm_lease *l)
 static void each_dev(const struct gm_lease *l, const char *ev)
 {
 	for (int i = 0; i < l->ndevices; i++)
-		jwrite("ev=%s pid=%d job=%s dev=%d lease=%" PRIu64 " t=%" PRId64, ev,
-		       (int)getpid(), job, l->devices[i], l->lease_id, now_ns());
+		if (usable(l, i))
+			jwrite("ev=%s pid=%d job=%s dev=%d lease=%" PRIu64 " t=%" PRId64,
+			       ev, (int)getpid(), job, l->devices[i], l->lease_id,
+			       now_ns());
 }
 
 static int spawn_and_wait(char **argv)

@@ -285,8 +285,35 @@ static void test_config_env(void)
 	setenv("GPUMUTEX_VISIBLE_DEVICES", "0,,1", 1);
 	CHECK_INT(gm_config_from_env(&c, err, sizeof err), -EINVAL);
 	CHECK_HAS(err, "0,,1");
+	setenv("GPUMUTEX_VISIBLE_DEVICES", "0", 1);
+	unsetenv("GPUMUTEX_NUM_DEVICES");
+	{
+		static const char *const bad[] = { "", "false", "no", "off",
+						   "yes", "true", "2", "00",
+						   " 1", "1 " };
+		for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+			setenv("GPUMUTEX_QUIET", bad[i], 1);
+			CHECK_INT(gm_config_from_env(&c, err, sizeof err),
+				  -EINVAL);
+			CHECK_HAS(err, "GPUMUTEX_QUIET=\"");
+			CHECK_HAS(err, bad[i]);
+			CHECK_HAS(err, "expected 1");
+		}
+		setenv("GPUMUTEX_QUIET", "1", 1);
+		CHECK_INT(gm_config_from_env(&c, err, sizeof err), 0);
+		CHECK_INT(c.quiet, 1);
+		setenv("GPUMUTEX_QUIET", "0", 1);
+		CHECK_INT(gm_config_from_env(&c, err, sizeof err), 0);
+		CHECK_INT(c.quiet, 0);
+		unsetenv("GPUMUTEX_QUIET");
+		CHECK_INT(gm_config_from_env(&c, err, sizeof err), 0);
+		CHECK_INT(c.quiet, 0);
+	}
+	/* Empty is not configured, like unset, whatever the others say. */
 	setenv("GPUMUTEX_VISIBLE_DEVICES", "", 1);
-	CHECK_INT(gm_config_from_env(&c, err, sizeof err), -EINVAL);
+	setenv("GPUMUTEX_NUM_DEVICES", "x", 1);
+	CHECK_INT(gm_config_from_env(&c, err, sizeof err), 1);
+	unsetenv("GPUMUTEX_NUM_DEVICES");
 }
 
 /* ---- lock directory safety ------------------------------------------- */

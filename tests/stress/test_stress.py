@@ -142,7 +142,7 @@ def test_many_users_kills_and_plants(built, shared):
     journal = os.path.join(shared, "journal")
     users = [4211, 4212, 4213, 4215]
     planter = 4214
-    for rnd in range(24):
+    for rnd in range(60):
         # The users not yet seen here find their job directory taken.
         for u in users[rnd // 2:rnd // 2 + 1]:
             if not os.path.exists(os.path.join(lockdir, "job", str(u))):
@@ -152,14 +152,17 @@ def test_many_users_kills_and_plants(built, shared):
                 plant(os.path.join(lockdir, "job", str(u)),
                       rng.choice(["dir755", "fifo600", "symlink"]),
                       uid=planter)
-        procs, victims = [], set()
+        procs, victims, spec = [], set(), {}
         for i in range(20):
             user = rng.choice(users)
+            job = f"r{rnd}j{rng.randrange(6)}u{user}"
+            # A job's processes share its settings (a lease cannot grow
+            # or move for a process that asks for other GPUs).
             devs = rng.choice(SETS)
-            job = f"r{rnd}j{rng.randrange(6)}"
-            env = jobs.job_env(lockdir, journal, devices=devs,
-                               want=rng.choice([1, 2]) if "," in devs else 1,
-                               job=f"{job}u{user}")
+            devs, want = spec.setdefault(
+                job, (devs, rng.choice([1, 2]) if "," in devs else 1))
+            env = jobs.job_env(lockdir, journal, devices=devs, want=want,
+                               job=job)
             kill = rng.random() < 0.25
             p = jobs.start(S.HOLDER, env, ["--ticks", str(rng.randrange(1, 8))],
                            user=user, waiting=kill and rng.random() < 0.5,
