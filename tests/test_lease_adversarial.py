@@ -286,10 +286,14 @@ def test_fifo_named_like_a_record_is_opened_blocking(adv, lockdir, journal,
     in the FIFO: the code under test then reads them. Expected: the FIFO is
     left alone (opened O_NONBLOCK and skipped as not a regular file).
     Actual: its bytes are consumed, i.e. the FIFO was opened and read as a
-    record; without our writer that open would never have returned."""
+    record; without our writer that open would never have returned.
+
+    (Job files now live in each user's own directory, job/<uid>/, which
+    only that user can write to; the FIFOs are planted there by the user
+    itself, and in job/ itself, where status still reads the records of
+    the older flat layout.)"""
     env = jobs.job_env(lockdir, journal, devices="0")
     assert jobs.start(HOLDER, dict(env, GPUMUTEX_JOB="init")).wait() == 0
-    uid = os.geteuid()
     jobdir = jobs.job_dir(lockdir)
     name = {"status": "../9999-x.lease", "acquire": "victim.lease",
             "cleanup": "zzz.lease"}[who]
