@@ -24,7 +24,8 @@ LEASE_HDR := $(wildcard src/lease/*.h)
 LEASE_OBJ := $(patsubst src/%.c,$(B)/obj/%.o,$(LEASE_SRC))
 LEASE_SAN := $(patsubst src/%.c,$(B)/san/%.o,$(LEASE_SRC))
 
-TEST_BINS := $(B)/tests/lease-unit $(B)/tests/lease-holder
+TEST_BINS := $(B)/tests/lease-unit $(B)/tests/lease-holder \
+             $(B)/tests/crashshim.so
 SAN_BINS  := $(B)/tests/lease-unit-san $(B)/tests/lease-holder-san
 
 CLI_SRC := src/cli/gpumutex.c src/cli/status.c src/cli/run.c
@@ -57,7 +58,7 @@ distro-check:
 	bash tools/distro-build.sh
 
 .PHONY: check check-unit check-san check-py clean lint demo \
-        bench sanitizer-tests
+        bench sanitizer-tests stress
 
 $(B)/obj/%.o: src/%.c $(LEASE_HDR)
 	@mkdir -p $(dir $@)
@@ -83,6 +84,11 @@ $(B)/tests/%: tests/lease/%.c $(B)/liblease.a $(LEASE_HDR) tests/lease/testjourn
 	@mkdir -p $(dir $@)
 	$(CC) $(WARN) $(CFLAGS) -pthread -Isrc/lease -o $@ $< $(B)/liblease.a
 
+# The crash-sweep shim (LD_PRELOAD; tests/test_crash_sweep.py).
+$(B)/tests/crashshim.so: tests/stress/crashshim.c
+	@mkdir -p $(dir $@)
+	$(CC) $(WARN) $(CFLAGS) -fPIC -shared -o $@ $< -ldl
+
 $(B)/tests/%-san: tests/lease/%.c $(B)/liblease-san.a $(LEASE_HDR) tests/lease/testjournal.h
 	@mkdir -p $(dir $@)
 	$(CC) $(WARN) $(SAN_FLAGS) -pthread -Isrc/lease -o $@ $< $(B)/liblease-san.a
@@ -103,6 +109,12 @@ check-py: all $(SAN_BINS)
 	$(PYTHON) -m pytest -q tests
 
 check: check-unit check-san check-py
+
+# The slow tests (tests/stress): crash-point sweeps over every C library
+# call of a claim, and many users with kills and planted files. A few
+# minutes on two cores.
+stress: all $(SAN_BINS)
+	$(PYTHON) -m pytest -q -m stress tests
 
 $(B)/demo/fakejob: demo/fakejob.c $(B)/tests/fakecuda/libcuda.so
 	@mkdir -p $(dir $@)
@@ -132,7 +144,8 @@ gpu-check: all
 lint:
 	cppcheck --quiet --error-exitcode=1 --enable=warning,portability \
 	  --std=c11 --inline-suppr -Isrc/lease -Isrc/cli \
-	  src/lease src/preload src/cli tests/lease tests/preload bench demo
+	  src/lease src/preload src/cli tests/lease tests/preload tests/stress \
+	  bench demo
 	shellcheck .ci/run tools/*.sh tests/fakecuda/gen-stubs.sh
 
 clean:

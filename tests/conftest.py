@@ -12,6 +12,22 @@ BUILD = os.path.join(REPO, "build")
 sys.path.insert(0, os.path.join(REPO, "tests", "lib"))
 
 
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers", "stress: slow test, run by `make stress` (pytest -m stress)")
+
+
+def pytest_collection_modifyitems(config, items):
+    """Stress tests run only when asked for (-m stress): `make check` stays
+    quick, `make stress` runs them."""
+    if "stress" in (config.getoption("-m") or ""):
+        return
+    skip = pytest.mark.skip(reason="stress test: run by `make stress`")
+    for item in items:
+        if "stress" in item.keywords:
+            item.add_marker(skip)
+
+
 def pytest_report_header(config):
     import jobs
     closed = jobs.unreachable_dir()

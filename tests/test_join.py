@@ -84,7 +84,7 @@ def test_core_joiner_settings(built, lockdir, journal, holder, case):
         # holder alone, and its lease is whole: a fitting process of the
         # job still joins it at once.
         assert sorted(os.listdir(os.path.join(lockdir, "queue"))) == ["seq"]
-        rec = os.path.join(lockdir, "job", "%d-J.lease" % os.geteuid())
+        rec = jobs.job_file(lockdir, "J", ".lease")
         with open(rec) as f:
             members = [line for line in f if line.startswith("member=")]
         assert members == ["member=%d\n" % h.pid]

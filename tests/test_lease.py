@@ -27,7 +27,8 @@ def finish(js):
 
 
 def live_files(lockdir, sub):
-    p = os.path.join(lockdir, sub)
+    """The files in a subdirectory; for "job", in our job directory."""
+    p = jobs.job_dir(lockdir) if sub == "job" else os.path.join(lockdir, sub)
     return sorted(os.listdir(p)) if os.path.isdir(p) else []
 
 
@@ -366,15 +367,15 @@ def test_other_users_cannot_steal_or_delete(built, shared_tmp):
                        text=True, timeout=60)
     assert b.returncode == 3, b.stderr
     # B cannot delete A's files, nor the device file A created.
-    files = [os.path.join(lockdir, "job", f)
-             for f in os.listdir(os.path.join(lockdir, "job"))]
-    assert all(os.path.basename(f).startswith("4001-") for f in files), \
+    assert os.listdir(jobs.job_dir(lockdir, 4002)) == [], \
         "B's attempt that gave up left files behind"
-    files += [os.path.join(lockdir, "dev", "0"),
+    adir = jobs.job_dir(lockdir, 4001)
+    files = [os.path.join(adir, f) for f in os.listdir(adir)]
+    files += [adir, os.path.join(lockdir, "dev", "0"),
               os.path.join(lockdir, "queue", "seq")]
-    assert len(files) >= 4
+    assert len(files) >= 5
     for f in files:
-        subprocess.run(["rm", "-f", f], preexec_fn=jobs.as_user(4002),
+        subprocess.run(["rm", "-rf", f], preexec_fn=jobs.as_user(4002),
                        capture_output=True)
         assert os.path.lexists(f), f"user B deleted {f}"
     bwait = jobs.start(HOLDER, env, waiting=True, user=4002)

@@ -464,7 +464,7 @@ def test_threads_make_one_lease(env, tmp_path):
     assert kv(res.stdout)["rc"] == "0"
     assert res.stdout.count("thread-rc=0") == 16
     job = inits(env)[0]["job"]
-    records = list((tmp_path / "lock" / "job").glob("*-%s.lease" % job))
+    records = list((tmp_path / "lock" / "job").glob("*/%s.lease" % job))
     assert len(records) == 1
     members = re.findall(r"^member=(\d+)$", records[0].read_text(), re.M)
     assert len(members) == 1, records[0].read_text()
@@ -562,7 +562,7 @@ def test_contention_no_two_jobs_share_a_gpu(env):
 # ---- Jobs: children join, forks share ---------------------------------------
 
 def lease_members(tmp_path, job):
-    rec = next((tmp_path / "lock" / "job").glob("*-%s.lease" % job))
+    rec = next((tmp_path / "lock" / "job").glob("*/%s.lease" % job))
     return re.findall(r"^member=(\d+)$", rec.read_text(), re.M)
 
 

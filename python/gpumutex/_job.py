@@ -86,19 +86,43 @@ def _alive(root: int, lease: int, devices: List[int]) -> bool:
         os.close(dev)
 
 
+def _user_dir(jobs: int) -> int:
+    """This user's directory of job files in job/ (records.c,
+    gm__user_dir_find): job/<uid> if it is a directory of ours that others
+    cannot write to, else the lowest-named such job/<uid>.<16 hex>.
+    Raises FileNotFoundError when there is none."""
+    uid = os.geteuid()
+    alt = re.compile(r"%d\.[0-9a-fA-F]{16}\Z" % uid)
+    names = [str(uid)] + sorted(n for n in os.listdir(jobs) if alt.match(n))
+    for n in names:
+        try:
+            fd = os.open(n, _DIR, dir_fd=jobs)
+        except OSError:
+            continue
+        st = os.fstat(fd)
+        if st.st_uid == uid and not st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+            return fd
+        os.close(fd)
+    raise FileNotFoundError(f"job/{uid}")
+
+
 def probe(lock_dir: str, job: str) -> Tuple[str, List[int]]:
     """What job `job` of this user is doing in `lock_dir`: ("leased",
     devices) when it has a live lease, ("taking", []) when one of its
     processes holds the job lock without one, ("none", []) otherwise, or
     when that cannot be told (the caller then starts a new job, as
     before)."""
-    name = f"{os.geteuid()}-{job}"
+    name = job
     try:
         root = os.open(lock_dir, _DIR)
     except OSError:
         return "none", []
     try:
-        jobdir = os.open("job", _DIR, dir_fd=root)
+        jobs = os.open("job", _DIR, dir_fd=root)
+        try:
+            jobdir = _user_dir(jobs)
+        finally:
+            os.close(jobs)
     except OSError:
         os.close(root)
         return "none", []

@@ -95,8 +95,11 @@ int gm_init_main(int argc, char **argv)
 			       "Create the lock directory (mode 1777) and the device files of\n"
 			       "LIST now, and declare LIST its pool: `gpumutex status` lists\n"
 			       "these GPUs even while no job names them (a later init replaces\n"
-			       "the pool). Run as root, the files belong to root and no other\n"
-			       "user can remove them.\n"
+			       "the pool). Run as root, it makes them root's (taking over an\n"
+			       "existing lock directory, also while in use): the directory and\n"
+			       "dev/ mode 0755, queue/ and job/ 1777. No other user can then\n"
+			       "remove, replace or add a device file; GPUs not in LIST are\n"
+			       "refused.\n"
 			       "\n"
 			       "  --visible-devices LIST  GPU indices such as 0,1,2,3 (required;\n"
 			       "                          $GPUMUTEX_VISIBLE_DEVICES serves if set)\n"
@@ -127,6 +130,8 @@ int gm_init_main(int argc, char **argv)
 	strcpy(cfg.lock_dir, dir);
 	cfg.want = 1;
 	rc = gm_lockdir_prepare(&cfg, err, sizeof err);
+	if (rc == 0)
+		rc = gm_lockdir_secure(&cfg, err, sizeof err);
 	if (rc == 0)
 		rc = gm_lockdir_declare(&cfg, err, sizeof err);
 	if (rc) {

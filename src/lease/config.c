@@ -157,7 +157,7 @@ int gm_parse_quiet(const char *name, const char *text, int *out, char *err,
 int gm_check_lock_dir(const char *name, const char *text, char *err,
 		      size_t errlen)
 {
-	/* 64 bytes to spare for the names below it (dev/63, job/<uid>-<job>
+	/* 64 bytes to spare for the names below it (dev/63, job/<uid>/<job>
 	 * are formatted into buffers of that size around lock_dir). */
 	if (!text || text[0] != '/' ||
 	    strlen(text) >= sizeof ((struct gm_config *)0)->lock_dir - 64)

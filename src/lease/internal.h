@@ -5,6 +5,7 @@
 #define GPUMUTEX_LEASE_INTERNAL_H
 
 #include <dirent.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <stdint.h>
@@ -38,10 +39,16 @@
 int gm__fail(int rc, char *err, size_t errlen, const char *fmt, ...)
 	__attribute__((format(printf, 4, 5)));
 
-/* Open descriptors of a lock directory and its three subdirectories. */
+/* Open descriptors of a lock directory and its three subdirectories, and
+ * of this user's directory in job/ (gm__user_dir; -1 until found). */
 struct gm__dir {
-	int root, dev, queue, job;
+	int root, dev, queue, job, user;
+	char user_name[40];          /* its name in job/ */
 };
+
+/* What gm__ticket_open (and others) say of a file that the protocol did
+ * not make under a name it uses: skip it. */
+#define GM__FOREIGN (-EXDEV)
 
 /*
  * Open (and with `create`, make) the lock directory `path` and its
@@ -52,6 +59,35 @@ struct gm__dir {
 int gm__dir_open(const char *path, int create, struct gm__dir *d, char *err,
 		 size_t errlen);
 void gm__dir_close(struct gm__dir *d);
+
+/*
+ * Find (or make) this user's directory in job/, where its job files live,
+ * and open it into d->user. It is job/<uid>, mode 0755: nobody else can
+ * put anything in it, so no other user can plant a file under the name of
+ * one of our job files. If another user took the name job/<uid> first,
+ * it is job/<uid>.<16 hex digits> instead, chosen under the counter lock
+ * (so that all processes of the user agree on one). `deadline` bounds the
+ * wait for that lock: -ETIMEDOUT (without a message) when it passes.
+ * Returns 0 or -errno with a message.
+ */
+int gm__user_dir(struct gm__dir *d, int64_t deadline, char *err,
+		 size_t errlen);
+
+/* The same directory, only if it exists (nothing is made, no lock is
+ * taken): 0 with d->user open, -ENOENT when this user has none yet, or
+ * -errno with a message. */
+int gm__user_dir_find(struct gm__dir *d, char *err, size_t errlen);
+
+/* renameat that never replaces an existing `to` (RENAME_NOREPLACE where
+ * the kernel and filesystem have it); -1 with errno set on failure. */
+int gm__rename_noreplace(int dirfd, const char *from, const char *to);
+
+/* " (owned by uid U, mode M)" for `name` in `dirfd`, or "" if it cannot
+ * be stat'ed: for messages that must say whose file is in the way. */
+void gm__owner_note(int dirfd, const char *name, char *out, size_t outlen);
+
+/* A fresh private temporary name: ".tmp.<pid>.<16 random hex digits>". */
+void gm__tmp_name(char *buf, size_t len);
 
 /*
  * Open `name` in `dirfd` with `flags` (O_RDONLY or O_RDWR; O_NOFOLLOW,
@@ -130,10 +166,59 @@ int gm__lease_alive(const struct gm__dir *d, uint64_t lease,
  * error *text is NULL. */
 int gm__read_record(int dirfd, const char *name, char **text, uid_t *owner);
 
-/* Parse a ticket's file name (see lease.c). 0 or -EINVAL. */
+/* Parse a ticket's file name (see queue.c). 0 or -EINVAL. */
 int gm__ticket_parse(const char *name, uint64_t *seq, unsigned *uid,
 		     int *pid, int *want, uint64_t *mask, char *job,
 		     size_t joblen);
+
+/* A ticket this process holds. */
+struct gm__ticket {
+	uint64_t seq;                /* its number; 0: none */
+	char name[256];              /* its name in queue/ */
+	int fd;                      /* holds its write lock; -1: none */
+};
+
+/*
+ * Open ticket `name` of user `uid` (from its name) for probing: the
+ * descriptor, -ENOENT when it is gone, GM__FOREIGN when what is there is
+ * not a ticket the protocol made (not a 0644 FIFO owned by `uid`: someone
+ * else's file under such a name, never a waiter), or -errno with a
+ * message naming the file and its owner when it may be a waiter but
+ * cannot be opened.
+ */
+int gm__ticket_open(int qfd, const char *name, unsigned uid, char *err,
+		    size_t errlen);
+
+/* Open queue/seq and take its write lock, waiting until `deadline`
+ * (CLOCK_MONOTONIC ns; -1: none). The locked descriptor, -ETIMEDOUT
+ * (no message: the caller knows what it waited for), or -errno. */
+int gm__counter_lock(const struct gm__dir *d, int64_t deadline, char *err,
+		     size_t errlen);
+
+/*
+ * Take the next ticket for `cfg` (candidates `mask`): the ticket FIFO is
+ * made complete (0644, write-locked) under a temporary name, then named
+ * with the next number under the counter lock, before the counter moves
+ * on. A damaged counter is recovered from the live tickets. 0 with *t
+ * filled, -ETIMEDOUT (no message), or -errno with a message.
+ */
+int gm__ticket_take(const struct gm__dir *d, const struct gm_config *cfg,
+		    uint64_t mask, int64_t deadline, struct gm__ticket *t,
+		    char *err, size_t errlen);
+
+/* Unlink and close ticket *t (nothing if it has none). */
+void gm__ticket_release(const struct gm__dir *d, struct gm__ticket *t);
+
+/*
+ * The youngest live ticket older than *t whose candidates intersect
+ * `mask`: a doorbell (read end of its FIFO) to sleep on, or -1 when there
+ * is none (we are at the head), or -errno with a message. Dead tickets of
+ * ours are removed on the way; files that are not tickets are passed
+ * over. *ahead counts the live ones when `count` is set.
+ */
+int gm__ticket_ahead(const struct gm__dir *d, const struct gm__ticket *t,
+		     uint64_t mask, int count, int *ahead, char *err,
+		     size_t errlen);
 
 /* Remove this user's dead jobs (job FIFO unlocked, lease without
  * members), except `keep`. Best effort, never blocks. */

@@ -69,7 +69,7 @@ int gm_join_check(const struct gm_config *cfg, const int *devices,
 			n, cfg->job, held, n == 1 ? "is" : "are", mine, cfg->want);
 }
 
-/* The record of job `name` (<uid>-<job>) if it names a live lease:
+/* The record of job `name` (in our job directory) if it names a live lease:
  * 1 and *out filled, 0 if there is none (or it is not ours, not valid or
  * dead), -errno if that could not be told. */
 static int live_record(const struct gm__dir *d, const char *name,
@@ -80,7 +80,7 @@ static int live_record(const struct gm__dir *d, const char *name,
 	int rc, bad;
 
 	snprintf(rec, sizeof rec, "%s.lease", name);
-	rc = gm__read_record(d->job, rec, &buf, &owner);
+	rc = gm__read_record(d->user, rec, &buf, &owner);
 	if (rc == -ENOENT || rc == -EINVAL)
 		return 0;
 	if (rc)
@@ -111,7 +111,14 @@ int gm_job_probe(const char *lock_dir, const char *job,
 		return 0; /* no lock directory yet: no job has a lease */
 	if (rc)
 		return rc;
-	snprintf(name, sizeof name, "%u-%s", (unsigned)geteuid(), job);
+	rc = gm__user_dir_find(&d, err, errlen);
+	if (rc == -ENOENT) {
+		rc = 0; /* no job of ours has been here */
+		goto out;
+	}
+	if (rc)
+		goto out;
+	snprintf(name, sizeof name, "%s", job);
 	rc = live_record(&d, name, out);
 	if (rc != 0)
 		goto out;
@@ -120,11 +127,11 @@ int gm_job_probe(const char *lock_dir, const char *job,
 	 * come between our two looks: so read the record once more after
 	 * looking at the lock, and believe the lock only if that still
 	 * finds no live lease. */
-	fd = openat(d.job, name, O_RDONLY | O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC);
+	fd = openat(d.user, name, O_RDONLY | O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC);
 	who = fd < 0 ? (errno == ENOENT ? F_UNLCK : -errno) : F_UNLCK;
 	if (fd >= 0) {
-		/* Only our own job FIFO speaks for our job (anyone can put a
-		 * file under that name in the shared directory). */
+		/* Only our own job FIFO speaks for our job (our directory is
+		 * ours, but be as strict as ever). */
 		struct stat st;
 		if (gm__fstat(fd, &st) == 0 && S_ISFIFO(st.st_mode) &&
 		    st.st_uid == geteuid())

@@ -3,12 +3,14 @@
  *
  * The protocol is described in docs/design.md; the comments here say why
  * each step is in the order it is. In short:
- *   job/<uid>-<job>        FIFO; its write lock serialises the processes
+ *   job/<uid>/             this user's job files (records.c, gm__user_dir):
+ *   job/<uid>/<job>        FIFO; its write lock serialises the processes
  *                          of one job, so two arriving together make one
  *                          lease.
- *   job/<uid>-<job>.lease  the job's lease record (who, which devices).
+ *   job/<uid>/<job>.lease  the job's lease record (who, which devices).
  *   queue/seq              the ticket counter, under a short write lock.
- *   queue/<ticket name>    FIFO; write-locked by its waiter while it waits.
+ *   queue/<ticket name>    FIFO; write-locked by its waiter while it waits
+ *                          (queue.c).
  *   dev/<index>            FIFO; byte 0 read-locked by every member of the
  *                          lease holding the device, byte 1+L by members
  *                          of lease L.
@@ -40,11 +42,9 @@ struct acq {
 	struct gm__dir d;
 	int64_t deadline;           /* CLOCK_MONOTONIC ns, -1: none */
 	uint64_t mask;              /* candidate devices as a bit set */
-	char jobname[GM_JOB_MAX + 32];
+	char jobname[GM_JOB_MAX + 1];
 	int jobfd;                  /* holds the job lock */
-	uint64_t ticket;
-	char ticketname[256];
-	int ticketfd;               /* holds our place in line */
+	struct gm__ticket tk;       /* our place in line */
 	int waited;                 /* on_wait already called */
 	int cleaned;                /* gm__cleanup_jobs already ran */
 	char cmd[GM_CMD_MAX];       /* our command line, for the record */
@@ -66,7 +66,7 @@ static void notify_wait(struct acq *a, int ahead, int head, int job_busy)
 	 * after the grant, where it would lengthen the hand-off. */
 	if (!a->cleaned) {
 		a->cleaned = 1;
-		if (a->ticket % GM_CLEANUP_EVERY == 0)
+		if (a->tk.seq % GM_CLEANUP_EVERY == 0)
 			gm__cleanup_jobs(&a->d, a->jobname);
 	}
 	/* With no time to wait, the process gives up at once instead: "waits
@@ -74,7 +74,7 @@ static void notify_wait(struct acq *a, int ahead, int head, int job_busy)
 	 * right away). */
 	if (!a->hooks || !a->hooks->on_wait || a->cfg->timeout_s == 0)
 		return;
-	info.ticket = a->ticket;
+	info.ticket = a->tk.seq;
 	info.ahead = ahead;
 	info.head = head;
 	info.job_busy = job_busy;
@@ -102,26 +102,27 @@ static int timed_out(struct acq *a)
 /* ---- The job lock ------------------------------------------------------ */
 
 /*
- * Take the write lock on job/<uid>-<job>. While another process of the
+ * Take the write lock on job/<uid>/<job>. While another process of the
  * job holds it (it is claiming, or checking the lease), sleep until its
  * holder closes the FIFO, then try again.
  */
 static int job_lock(struct acq *a)
 {
-	char what[GM_JOB_MAX + 64];
+	char what[GM_JOB_MAX + 160];
 
-	snprintf(what, sizeof what, "job file job/%s", a->jobname);
+	snprintf(what, sizeof what, "job file job/%s/%s", a->d.user_name,
+		 a->jobname);
 	for (;;) {
 		int bell, fd, rc;
 		struct pollfd p;
 
 		/* The doorbell comes first: opened while the holder's writer is
 		 * open, it reports the holder's last close. */
-		bell = gm__open(a->d.job, what, a->jobname, O_RDONLY, 1, 0600,
+		bell = gm__open(a->d.user, what, a->jobname, O_RDONLY, 1, 0600,
 				a->err, a->errlen);
 		if (bell < 0)
 			return bell;
-		fd = gm__open(a->d.job, what, a->jobname, O_RDWR, 1, 0600,
+		fd = gm__open(a->d.user, what, a->jobname, O_RDWR, 1, 0600,
 			      a->err, a->errlen);
 		if (fd < 0) {
 			gm__close(bell);
@@ -132,7 +133,7 @@ static int job_lock(struct acq *a)
 			gm__close(bell);
 			/* A same-user cleaner may have unlinked a dead job's
 			 * FIFO between our open and our lock. */
-			if (gm__still_linked(a->d.job, a->jobname, fd)) {
+			if (gm__still_linked(a->d.user, a->jobname, fd)) {
 				a->jobfd = fd;
 				GM_CRASHPOINT("job-locked");
 				return 0;
@@ -177,7 +178,7 @@ static int record_read(struct acq *a, struct record *r)
 	int rc;
 
 	snprintf(name, sizeof name, "%s.lease", a->jobname);
-	rc = gm__read_record(a->d.job, name, &buf, &owner);
+	rc = gm__read_record(a->d.user, name, &buf, &owner);
 	if (rc == -ENOENT || rc == -EINVAL)
 		return -ENOENT;
 	if (rc)
@@ -197,14 +198,14 @@ static int record_prepare(struct acq *a)
 	int fd;
 
 	snprintf(tmp, sizeof tmp, "%s.lease.tmp", a->jobname);
-	unlinkat(a->d.job, tmp, 0);
-	fd = gm__track(openat(a->d.job, tmp,
+	unlinkat(a->d.user, tmp, 0);
+	fd = gm__track(openat(a->d.user, tmp,
 			      O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
 			      0644));
 	if (fd >= 0 && fchmod(fd, 0644) < 0) {
 		int e = errno;
 		gm__close(fd);
-		unlinkat(a->d.job, tmp, 0);
+		unlinkat(a->d.user, tmp, 0);
 		errno = e;
 		return -1;
 	}
@@ -267,17 +268,17 @@ static int record_write(struct acq *a, const struct gm_lease *l)
 		goto fail;
 	}
 	gm__close(fd);
-	if (renameat(a->d.job, tmp, a->d.job, name) < 0)
+	if (renameat(a->d.user, tmp, a->d.user, name) < 0)
 		goto fail;
 	free(buf);
 	return 0;
 fail:
 	rc = errno ? -errno : -EIO;
 	free(buf);
-	unlinkat(a->d.job, tmp, 0);
+	unlinkat(a->d.user, tmp, 0);
 	return gm__fail(rc, a->err, a->errlen,
-			"cannot write lease record job/%s: %s", name,
-			strerror(-rc));
+			"cannot write lease record job/%s/%s: %s",
+			a->d.user_name, name, strerror(-rc));
 }
 
 static void record_add_member(struct acq *a)
@@ -286,7 +287,7 @@ static void record_add_member(struct acq *a)
 	int fd, len;
 
 	snprintf(name, sizeof name, "%s.lease", a->jobname);
-	fd = openat(a->d.job, name,
+	fd = openat(a->d.user, name,
 		    O_WRONLY | O_APPEND | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
 	if (fd < 0)
 		return; /* the record is for display; the locks are the lease */
@@ -364,250 +365,6 @@ static int join(struct acq *a, const struct record *r, struct gm_lease *out)
 	out->lease_id = r->lease;
 	out->joined = 1;
 	return 1;
-}
-
-/* ---- The queue --------------------------------------------------------- */
-
-struct entry {
-	uint64_t seq;
-	uint64_t mask;
-	unsigned uid;
-	char name[256];
-};
-
-/*
- * Ticket names: <seq:016x>.<uid>.<pid>.<want>.<mask:016x>.<job>
- * Fixed-width hex first, so names sort like the numbers; the rest lets
- * `gpumutex status` describe a waiter without any other file.
- */
-int gm__ticket_parse(const char *name, uint64_t *seq, unsigned *uid,
-		     int *pid, int *want, uint64_t *mask, char *job,
-		     size_t joblen)
-{
-	/* Field by field: each is digits only, followed by its dot. The two
-	 * hex fields are exactly 16 digits wide. */
-	static const struct { int base; uint64_t max; int width; } f[5] = {
-		{ 16, UINT64_MAX, 16 }, { 10, UINT32_MAX, 0 },
-		{ 10, INT32_MAX, 0 }, { 10, INT32_MAX, 0 },
-		{ 16, UINT64_MAX, 16 },
-	};
-	uint64_t v[5];
-	const char *p = name, *end;
-
-	for (int i = 0; i < 5; i++) {
-		if (gm_scan_uint(p, f[i].base, f[i].max, &v[i], &end) ||
-		    *end != '.' || (f[i].width && end - p != f[i].width))
-			return -EINVAL;
-		p = end + 1;
-	}
-	*seq = v[0];
-	*uid = (unsigned)v[1];
-	*pid = (int)v[2];
-	*want = (int)v[3];
-	*mask = v[4];
-	if (job)
-		snprintf(job, joblen, "%s", p);
-	return 0;
-}
-
-static int cmp_entry_desc(const void *x, const void *y)
-{
-	const struct entry *a = x, *b = y;
-	return a->seq < b->seq ? 1 : a->seq > b->seq ? -1 : 0;
-}
-
-static void release_ticket(struct acq *a);
-
-/*
- * Take the next ticket and make queue/<name>, locked, before the counter
- * lock is released: anyone who takes a later ticket then finds ours.
- */
-static int take_ticket(struct acq *a)
-{
-	char buf[32];
-	int cfd, rc;
-	ssize_t n;
-	uint64_t seq = 1;
-
-	cfd = gm__open(a->d.queue, "ticket counter queue/seq", "seq", O_RDWR,
-		       0, 0666, a->err, a->errlen);
-	if (cfd < 0)
-		return cfd;
-	/* Held for a few system calls only, by processes that never wait for
-	 * anything while holding it. Without a deadline, block in the kernel,
-	 * which queues the waiters. With one, the wait must honour it (anyone
-	 * can lock the file, and a holder can be stopped): try, and back off
-	 * from 20 us up to 50 ms between tries. This is the one wait that is
-	 * not a doorbell: it guards a few system calls. */
-	for (long us = 20;; us = us < 50000 ? us * 2 : 50000) {
-		struct timespec ts;
-
-		rc = gm__lock(cfd, a->deadline < 0 ? F_OFD_SETLKW : F_OFD_SETLK,
-			      F_WRLCK, 0);
-		if (rc != -EAGAIN)
-			break;
-		if (a->deadline >= 0 &&
-		    gm__mono_ns() + us * 1000 > a->deadline) {
-			gm__close(cfd);
-			return timed_out(a);
-		}
-		ts.tv_sec = 0;
-		ts.tv_nsec = us * 1000;
-		nanosleep(&ts, NULL);
-	}
-	if (rc) {
-		gm__close(cfd);
-		return gm__fail(rc, a->err, a->errlen,
-				"cannot lock queue/seq: %s", strerror(-rc));
-	}
-	GM_CRASHPOINT("counter-locked");
-	n = pread(cfd, buf, sizeof buf - 1, 0);
-	if (n > 0) {
-		buf[n] = '\0';
-		/* A damaged value reads as huge and is refused below. */
-		if (gm_scan_uint(buf, 16, UINT64_MAX, &seq, NULL) == -ERANGE)
-			seq = UINT64_MAX;
-		if (seq == 0)
-			seq = 1;
-	}
-	if (seq > (UINT64_C(1) << 48)) {
-		gm__close(cfd);
-		return gm__fail(-EINVAL, a->err, a->errlen,
-				"the ticket counter queue/seq is damaged (value %" PRIx64 "); remove that file",
-				seq);
-	}
-	for (int tries = 0;; tries++, seq++) {
-		int fd;
-
-		snprintf(a->ticketname, sizeof a->ticketname,
-			 "%016" PRIx64 ".%u.%d.%d.%016" PRIx64 ".%s", seq,
-			 (unsigned)geteuid(), (int)getpid(), a->cfg->want,
-			 a->mask, a->cfg->job);
-		if (mkfifoat(a->d.queue, a->ticketname, 0600) < 0) {
-			/* Taken: the counter was rewound or damaged. */
-			if (errno == EEXIST && tries < 1000)
-				continue;
-			rc = -errno;
-			break;
-		}
-		fd = gm__track(openat(a->d.queue, a->ticketname,
-				      O_RDWR | O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC));
-		if (fd < 0 || fchmod(fd, 0644) < 0 ||
-		    gm__lock(fd, F_OFD_SETLK, F_WRLCK, 0) < 0) {
-			rc = errno ? -errno : -EIO;
-			if (fd >= 0)
-				gm__close(fd);
-			unlinkat(a->d.queue, a->ticketname, 0);
-			break;
-		}
-		a->ticketfd = fd;
-		a->ticket = seq;
-		GM_CRASHPOINT("ticket-made");
-		n = snprintf(buf, sizeof buf, "%016" PRIx64 "\n", seq + 1);
-		if (pwrite(cfd, buf, (size_t)n, 0) != n) {
-			/* Without the new value the next taker would get our
-			 * number too: give the ticket back and fail. */
-			rc = errno ? -errno : -EIO;
-			release_ticket(a);
-		}
-		break;
-	}
-	gm__close(cfd); /* also releases the counter lock */
-	if (rc)
-		return gm__fail(rc, a->err, a->errlen,
-				"cannot make a ticket in queue/: %s",
-				strerror(-rc));
-	return 0;
-}
-
-static void release_ticket(struct acq *a)
-{
-	if (a->ticketfd < 0)
-		return;
-	/* Unlink first: whoever wakes up at our close rescans the queue and
-	 * must not find us there. */
-	unlinkat(a->d.queue, a->ticketname, 0);
-	gm__unlock_all(a->ticketfd);
-	gm__close(a->ticketfd);
-	a->ticketfd = -1;
-}
-
-/*
- * Find the youngest live ticket older than ours whose candidates intersect
- * ours. Returns a doorbell (read end of its FIFO) to sleep on, or -1 when
- * there is none (we are at the head), or -errno. *ahead counts the live
- * ones when `count` is set (only for the message, so only once).
- */
-static int find_predecessor(struct acq *a, int count, int *ahead)
-{
-	DIR *dir;
-	struct dirent *de;
-	struct entry *v = NULL;
-	size_t n = 0, cap = 0;
-	int found = -1;
-	unsigned me = (unsigned)geteuid();
-
-	*ahead = 0;
-	dir = gm__listdir(a->d.queue);
-	if (!dir)
-		return -errno;
-	while ((de = readdir(dir)) != NULL) {
-		struct entry e;
-		int pid, want;
-
-		if (gm__ticket_parse(de->d_name, &e.seq, &e.uid, &pid, &want,
-				     &e.mask, NULL, 0) < 0)
-			continue;
-		if (e.seq >= a->ticket || !(e.mask & a->mask))
-			continue;
-		if (n == cap) {
-			size_t nc = cap ? cap * 2 : 64;
-			struct entry *nv = realloc(v, nc * sizeof *v);
-			if (!nv) {
-				free(v);
-				closedir(dir);
-				return -ENOMEM;
-			}
-			v = nv;
-			cap = nc;
-		}
-		snprintf(e.name, sizeof e.name, "%s", de->d_name);
-		v[n++] = e;
-	}
-	closedir(dir);
-	if (n > 1)
-		qsort(v, n, sizeof *v, cmp_entry_desc);
-	for (size_t i = 0; i < n; i++) {
-		int fd = gm__track(openat(a->d.queue, v[i].name,
-					  O_RDONLY | O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC));
-		if (fd < 0 && errno == ENOENT)
-			continue; /* gone: granted, gave up, or cleaned */
-		if (fd < 0) {
-			/* Not knowing whether it is alive, we must not pass it. */
-			int rc = -errno;
-			free(v);
-			if (found >= 0)
-				gm__close(found);
-			return rc;
-		}
-		if (gm__probe(fd, F_WRLCK, 0) == F_UNLCK) {
-			/* Dead: its waiter died without cleaning up. Tickets are
-			 * never reused, so a dead one stays dead; remove ours. */
-			gm__close(fd);
-			if (v[i].uid == me)
-				unlinkat(a->d.queue, v[i].name, 0);
-			continue;
-		}
-		if (found < 0)
-			found = fd;
-		else
-			gm__close(fd);
-		++*ahead;
-		if (!count)
-			break;
-	}
-	free(v);
-	return found;
 }
 
 /* ---- Devices ----------------------------------------------------------- */
@@ -712,7 +469,7 @@ static int grant(struct acq *a, struct gm_lease *l)
 	l->lease_id = gm__random_u64() & GM_LEASE_MAX;
 	if (l->lease_id == 0)
 		l->lease_id = 1;
-	l->ticket = a->ticket;
+	l->ticket = a->tk.seq;
 	/* Sort devices and descriptors together, for stable output. */
 	for (int i = 1; i < l->ndevices; i++)
 		for (int j = i; j > 0 && l->devices[j - 1] > l->devices[j]; j--) {
@@ -758,6 +515,13 @@ static int claim(struct acq *a, struct gm_lease *out)
 	/* Prepare now what the record needs, not on the hand-off path. */
 	gm__cmdline(getpid(), a->cmd, sizeof a->cmd);
 	a->recfd = record_prepare(a);
+	if (a->recfd < 0)
+		/* Now, not after waiting our turn: the record must be
+		 * writable for the grant. (Only we can make files in our
+		 * directory, so this takes an error like ENOSPC.) */
+		return gm__fail(-errno, a->err, a->errlen,
+				"cannot write lease record job/%s/%s.lease.tmp: %s",
+				a->d.user_name, a->jobname, strerror(errno));
 	/* Make every candidate's device file now, not only the ones tried,
 	 * so `gpumutex status` lists the whole managed set from the start. */
 	for (int i = 0; i < a->cfg->ndevices; i++) {
@@ -767,16 +531,19 @@ static int claim(struct acq *a, struct gm_lease *out)
 			return fd;
 		gm__close(fd);
 	}
-	rc = take_ticket(a);
+	rc = gm__ticket_take(&a->d, a->cfg, a->mask, a->deadline, &a->tk,
+			     a->err, a->errlen);
+	if (rc == -ETIMEDOUT)
+		return timed_out(a);
 	if (rc)
 		return rc;
 	for (;;) {
-		int pred = find_predecessor(a, !a->waited, &ahead);
+		int pred = gm__ticket_ahead(&a->d, &a->tk, a->mask, !a->waited,
+					    &ahead, a->err, a->errlen);
 		struct pollfd p;
 
 		if (pred < -1)
-			return gm__fail(pred, a->err, a->errlen,
-					"cannot read queue/: %s", strerror(-pred));
+			return pred;
 		if (pred >= 0) {
 			notify_wait(a, ahead, 0, 0);
 			GM_CRASHPOINT("queued");
@@ -885,19 +652,23 @@ int gm_lease_acquire(const struct gm_config *cfg,
 	a->cfg = cfg;
 	a->hooks = hooks;
 	a->mask = mask;
-	a->jobfd = a->ticketfd = a->recfd = -1;
+	a->jobfd = a->tk.fd = a->recfd = -1;
 	a->err = err;
 	a->errlen = errlen;
 	a->deadline = cfg->timeout_s < 0 ? -1 :
 		gm__mono_ns() + (int64_t)(cfg->timeout_s * 1e9);
-	snprintf(a->jobname, sizeof a->jobname, "%u-%s", (unsigned)geteuid(),
-		 cfg->job);
+	snprintf(a->jobname, sizeof a->jobname, "%s", cfg->job);
 
 	rc = gm__dir_open(cfg->lock_dir, 1, &a->d, err, errlen);
 	if (rc) {
 		free(a);
 		return rc;
 	}
+	rc = gm__user_dir(&a->d, a->deadline, err, errlen);
+	if (rc == -ETIMEDOUT)
+		rc = timed_out(a);
+	if (rc)
+		goto out;
 	rc = job_lock(a);
 	if (rc)
 		goto out;
@@ -937,13 +708,13 @@ int gm_lease_acquire(const struct gm_config *cfg,
 out:
 	/* Order matters: the ticket goes first (our successor may start),
 	 * then the job lock (our job's other processes may join). */
-	release_ticket(a);
+	gm__ticket_release(&a->d, &a->tk);
 	if (a->recfd >= 0) {
 		/* Not used (we gave up, or the grant failed before writing). */
 		char tmp[GM_JOB_MAX + 48];
 		gm__close(a->recfd);
 		snprintf(tmp, sizeof tmp, "%s.lease.tmp", a->jobname);
-		unlinkat(a->d.job, tmp, 0);
+		unlinkat(a->d.user, tmp, 0);
 	}
 	if (rc && a->jobfd >= 0 && dead) {
 		/* Giving up leaves nothing behind. We hold the job lock and
@@ -953,10 +724,10 @@ out:
 		 * removed. */
 		char name[GM_JOB_MAX + 48];
 		snprintf(name, sizeof name, "%s.lease", a->jobname);
-		unlinkat(a->d.job, name, 0);
+		unlinkat(a->d.user, name, 0);
 		snprintf(name, sizeof name, "%s.lease.tmp", a->jobname);
-		unlinkat(a->d.job, name, 0);
-		unlinkat(a->d.job, a->jobname, 0);
+		unlinkat(a->d.user, name, 0);
+		unlinkat(a->d.user, a->jobname, 0);
 	}
 	if (a->jobfd >= 0) {
 		gm__unlock_all(a->jobfd);
@@ -966,7 +737,7 @@ out:
 	 * system calls per job file, too much to pay on every claim when
 	 * hundreds of jobs are live, and dead files stay bounded anyway. */
 	if (rc == 0 && !out->joined && !a->cleaned &&
-	    a->ticket % GM_CLEANUP_EVERY == 0)
+	    a->tk.seq % GM_CLEANUP_EVERY == 0)
 		gm__cleanup_jobs(&a->d, a->jobname);
 	gm__dir_close(&a->d);
 	if (rc)

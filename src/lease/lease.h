@@ -209,11 +209,22 @@ void gm_lease_forget_inflight(void);
 /*
  * Prepare the lock directory and the device files of cfg->devices, with
  * the checks gm_lease_acquire makes (symlinks, owners, modes), creating
- * what is missing as gm_lease_acquire would. Used by `gpumutex init` (run
- * as root, it makes files nobody else can remove) and by `gpumutex-run`,
- * so that an unusable directory is its error rather than the command's.
+ * what is missing as gm_lease_acquire would. Used by `gpumutex init` and
+ * by `gpumutex-run`, so that an unusable directory is its error rather
+ * than the command's.
  */
 int gm_lockdir_prepare(const struct gm_config *cfg, char *err, size_t errlen);
+
+/*
+ * For `gpumutex init` run as root, after gm_lockdir_prepare: make the lock
+ * directory, its subdirectories, the device files of cfg->devices and
+ * queue/seq root's (taking over existing ones, safely while in use: locks
+ * belong to open descriptions), with the lock directory and dev/ at mode
+ * 0755 and queue/ and job/ at 1777. Nobody else can then remove, replace
+ * or add a device file (docs/design.md, "Users and permissions"). Does
+ * nothing for other users. 0 or -errno with a message.
+ */
+int gm_lockdir_secure(const struct gm_config *cfg, char *err, size_t errlen);
 
 /*
  * Declare cfg->devices the lock directory's pool: the GPUs gm_state_read

@@ -1,71 +1,43 @@
 /*
- * lockdir.c - the lock directory, its files, and the lock primitives.
+ * lockdir.c - the lock directory and opening the files in it.
  *
  * Everything below the lock directory is reached through directory
  * descriptors with O_NOFOLLOW, so no path component we create can be
  * swapped for a symlink between a check and a use.
+ *
+ * Nothing is ever created in place with a mode that has to be widened
+ * afterwards: a process killed in between would leave a file or directory
+ * that only its owner can use, and lock every other user out. Files and
+ * directories are made complete under a private temporary name and then
+ * linked or renamed to their real name.
  */
 #define _GNU_SOURCE
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "internal.h"
 
-/*
- * Descriptors of acquires in progress. A child forked (by another thread)
- * while this process is inside gm_lease_acquire shares them: it would keep
- * the parent's job lock and ticket FIFOs open for writing, and so delay
- * the doorbells of everyone waiting for them, including itself.
- * gm_lease_forget_inflight() closes them in such a child. Slots hold
- * fd + 1 (0 is free) and are claimed with compare-and-swap, since several
- * threads may acquire at once.
- */
-#define GM_INFLIGHT_SLOTS 256
-static int inflight[GM_INFLIGHT_SLOTS];
+#define DIR_FLAGS (O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
 
-int gm__track(int fd)
-{
-	for (int i = 0; fd >= 0 && i < GM_INFLIGHT_SLOTS; i++) {
-		int free_slot = 0;
-		if (__atomic_compare_exchange_n(&inflight[i], &free_slot, fd + 1, 0,
-						__ATOMIC_ACQ_REL, __ATOMIC_RELAXED))
-			break;
-	}
-	return fd; /* a full table only means a child may keep one open */
-}
+/* What kind of directory make_dir makes: a plain one (dev/, job/), queue/
+ * (with its counter file in it), or the lock directory with all three. */
+enum { DIR_PLAIN, DIR_QUEUE, DIR_ROOT };
 
-void gm__untrack(int fd)
+void gm__owner_note(int dirfd, const char *name, char *out, size_t outlen)
 {
-	for (int i = 0; fd >= 0 && i < GM_INFLIGHT_SLOTS; i++) {
-		int mine = fd + 1;
-		if (__atomic_compare_exchange_n(&inflight[i], &mine, 0, 0,
-						__ATOMIC_ACQ_REL, __ATOMIC_RELAXED))
-			return;
-	}
-}
+	struct stat st;
 
-void gm__close(int fd)
-{
-	gm__untrack(fd);
-	close(fd);
-}
-
-void gm_lease_forget_inflight(void)
-{
-	for (int i = 0; i < GM_INFLIGHT_SLOTS; i++) {
-		int v = __atomic_exchange_n(&inflight[i], 0, __ATOMIC_ACQ_REL);
-		if (v > 0)
-			close(v - 1);
-	}
+	out[0] = '\0';
+	if (gm__fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0)
+		snprintf(out, outlen, " (owned by uid %u, mode %04o)",
+			 (unsigned)st.st_uid, (unsigned)(st.st_mode & 07777));
 }
 
 /* Refuse a directory that lets others delete or replace our files: one
@@ -86,65 +58,230 @@ static int check_dir(int fd, const char *path, char *err, size_t errlen)
 				"%s is not a directory", path);
 	if ((st.st_mode & (S_IWGRP | S_IWOTH)) && !(st.st_mode & S_ISVTX))
 		return gm__fail(-EPERM, err, errlen,
-				"%s has unsafe permissions %04o (writable by others but not sticky, so anyone could delete lease files); use mode 1777 or 0755",
-				path, (unsigned)(st.st_mode & 07777));
+				"%s (owned by uid %u) has unsafe permissions %04o (writable by others but not sticky, so anyone could delete lease files); use mode 1777 or 0755",
+				path, (unsigned)st.st_uid,
+				(unsigned)(st.st_mode & 07777));
 	if (st.st_uid != me && st.st_uid != 0 &&
 	    (st.st_mode & 01777) != 01777)
 		return gm__fail(-EPERM, err, errlen,
-				"%s belongs to uid %u with mode %04o; a lock directory must be yours, root's, or a shared directory with mode 1777",
+				"%s belongs to uid %u with mode %04o; a lock directory must be yours, root's, or a shared directory with mode 1777 (its owner can share it with chmod 1777, or root can run `gpumutex init`)",
 				path, (unsigned)st.st_uid,
 				(unsigned)(st.st_mode & 07777));
 	return 0;
 }
 
-/* Open directory `name` below `parent` (or the absolute `path` when
- * parent < 0), making it with mode 1777 when missing and `create`. */
-static int open_dir(int parent, const char *name, const char *path,
-		    int create, char *err, size_t errlen)
+/* A plain rename would replace an empty directory that someone else
+ * just made (and is about to use). Kernels
+ * or filesystems without RENAME_NOREPLACE get a check first, which
+ * leaves that race open, but what it can cost is a failed claim: files
+ * cannot be made in a directory that was replaced. */
+int gm__rename_noreplace(int dirfd, const char *from, const char *to)
 {
-	const int flags = O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC;
-	int fd, rc, made = 0;
+	struct stat st;
+#ifdef SYS_renameat2
+	if (syscall(SYS_renameat2, dirfd, from, dirfd, to, 1 /* NOREPLACE */) == 0)
+		return 0;
+	if (errno != ENOSYS && errno != EINVAL)
+		return -1;
+#endif
+	if (gm__fstatat(dirfd, to, &st, AT_SYMLINK_NOFOLLOW) == 0) {
+		errno = EEXIST;
+		return -1;
+	}
+	return renameat(dirfd, from, dirfd, to);
+}
+
+/* Make what a new directory of `kind` contains (see make_dir). */
+static int populate(int fd, int kind)
+{
+	static const char *const sub[3] = { "dev", "queue", "job" };
+
+	if (kind == DIR_QUEUE) {
+		int f = openat(fd, "seq", O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW |
+			       O_CLOEXEC, 0600), rc = 0;
+		if (f < 0)
+			return -errno;
+		if (fchmod(f, 0666) < 0)
+			rc = -errno;
+		close(f);
+		return rc;
+	}
+	for (int i = 0; kind == DIR_ROOT && i < 3; i++) {
+		int s, rc = 0;
+
+		if (mkdirat(fd, sub[i], 0700) < 0)
+			return -errno;
+		s = openat(fd, sub[i], DIR_FLAGS);
+		if (s < 0)
+			return -errno;
+		if (fchmod(s, 01777) < 0)
+			rc = -errno;
+		else if (i == 1)
+			rc = populate(s, DIR_QUEUE);
+		close(s);
+		if (rc)
+			return rc;
+	}
+	return 0;
+}
+
+/* Remove a temporary directory made by make_dir (best effort). */
+static void unmake(int parent, const char *tmp)
+{
+	static const char *const sub[3] = { "dev", "queue", "job" };
+	int fd = openat(parent, tmp, DIR_FLAGS);
+
+	if (fd >= 0) {
+		int q = openat(fd, "queue", DIR_FLAGS);
+		if (q >= 0) {
+			unlinkat(q, "seq", 0);
+			close(q);
+		}
+		unlinkat(fd, "seq", 0);
+		for (int i = 0; i < 3; i++)
+			unlinkat(fd, sub[i], AT_REMOVEDIR);
+		close(fd);
+	}
+	unlinkat(parent, tmp, AT_REMOVEDIR);
+}
+
+/*
+ * Make directory `name` in `parent`, mode 1777, complete with what a
+ * directory of `kind` contains: under a private temporary name (0700,
+ * which nobody else can enter), then renamed into place. No crash leaves
+ * `name` with a wrong mode or half-filled: until the rename it does not
+ * exist. Returns 0 when made, or when someone else made it first (the
+ * caller opens whatever is there and checks it), or -errno.
+ */
+static int make_dir(int parent, const char *name, int kind)
+{
+	char tmp[64], base[48];
+	int fd, rc;
 
 	for (int tries = 0;; tries++) {
-		fd = parent < 0 ? open(name, flags) : openat(parent, name, flags);
+		/* The lock directory's is made next to it (in /tmp, say):
+		 * named so that it says whose it is if a crash leaves it. */
+		gm__tmp_name(base, sizeof base);
+		snprintf(tmp, sizeof tmp, "%s%s",
+			 kind == DIR_ROOT ? ".gpumutex" : "", base);
+		if (mkdirat(parent, tmp, 0700) == 0)
+			break;
+		if (errno != EEXIST || tries >= 8)
+			return -errno;
+	}
+	fd = openat(parent, tmp, DIR_FLAGS);
+	rc = fd < 0 ? -errno : populate(fd, kind);
+	if (rc == 0 && fchmod(fd, 01777) < 0)
+		rc = -errno;
+	if (fd >= 0)
+		close(fd);
+	if (rc == 0 && gm__rename_noreplace(parent, tmp, name) < 0)
+		rc = -errno;
+	if (rc) {
+		unmake(parent, tmp);
+		if (rc == -EEXIST || rc == -ENOTEMPTY)
+			return 0;
+	}
+	return rc;
+}
+
+/* make_dir for the lock directory itself, given as a path. The copy of
+ * the path is on the heap: this runs on CUDA threads' small stacks. */
+static int make_top(const char *path)
+{
+	char *buf, *slash;
+	size_t len = strlen(path);
+	int parent, rc;
+
+	while (len > 1 && path[len - 1] == '/')
+		len--;
+	if (len >= 4200)
+		return -ENAMETOOLONG;
+	buf = malloc(len + 1);
+	if (!buf)
+		return -ENOMEM;
+	memcpy(buf, path, len);
+	buf[len] = '\0';
+	slash = strrchr(buf, '/');
+	if (!slash)
+		rc = make_dir(AT_FDCWD, buf, DIR_ROOT);
+	else if (slash[1] == '\0')
+		rc = -EEXIST; /* "/" */
+	else {
+		*slash = '\0';
+		parent = open(slash == buf ? "/" : buf,
+			      O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+		if (parent < 0) {
+			rc = -errno;
+		} else {
+			rc = make_dir(parent, slash + 1, DIR_ROOT);
+			close(parent);
+		}
+	}
+	free(buf);
+	return rc;
+}
+
+/* A subdirectory left private (0700) by an older version killed between
+ * making it and widening it, in a shared lock directory: it is meant to
+ * be shared, and only its owner can repair it. */
+static void repair_sub(int fd, int parent)
+{
+	struct stat st, pst;
+
+	if (gm__fstat(fd, &st) == 0 && gm__fstat(parent, &pst) == 0 &&
+	    st.st_uid == geteuid() && (st.st_mode & 07777) == 0700 &&
+	    (pst.st_mode & 07777) == 01777)
+		(void)fchmod(fd, 01777);
+}
+
+/* Open directory `name` below `parent` (AT_FDCWD for the lock directory,
+ * whose `name` is then its path), making it when missing and `create`. */
+static int open_dir(int parent, const char *name, const char *path,
+		    int create, int kind, char *err, size_t errlen)
+{
+	char note[64];
+	int fd, rc;
+
+	for (int tries = 0;; tries++) {
+		fd = openat(parent, name, DIR_FLAGS);
 		if (fd >= 0)
 			break;
 		if (errno == ENOTDIR || errno == ELOOP) {
 			/* O_DIRECTORY|O_NOFOLLOW says ENOTDIR for a symlink;
 			 * ENOTDIR also comes from a file higher up the path. */
 			struct stat st;
-			int r = gm__fstatat(parent < 0 ? AT_FDCWD : parent,
-					    name, &st, AT_SYMLINK_NOFOLLOW);
+			int r = gm__fstatat(parent, name, &st,
+					    AT_SYMLINK_NOFOLLOW);
+			gm__owner_note(parent, name, note, sizeof note);
 			if (r == 0 && S_ISLNK(st.st_mode))
 				return gm__fail(-ELOOP, err, errlen,
-						"%s is a symbolic link; gpumutex refuses to follow it (set GPUMUTEX_LOCK_DIR to a real directory)",
-						path);
+						"%s is a symbolic link%s; gpumutex refuses to follow it (set GPUMUTEX_LOCK_DIR to a real directory)",
+						path, note);
 			if (r == 0)
 				return gm__fail(-ENOTDIR, err, errlen,
-						"%s exists but is not a directory", path);
+						"%s exists but is not a directory%s",
+						path, note);
 			return gm__fail(-ENOTDIR, err, errlen,
 					"cannot open lock directory %s: a component of the path above it is not a directory",
 					path);
 		}
-		if (errno != ENOENT || !create || tries > 2)
-			return gm__fail(-errno, err, errlen,
-					"cannot open lock directory %s: %s",
-					path, strerror(errno));
-		/* 0700 first: the mode is widened below, on the descriptor,
-		 * whatever the umask; until then nobody else can get in. */
-		rc = parent < 0 ? mkdir(name, 0700) : mkdirat(parent, name, 0700);
-		if (rc < 0 && errno != EEXIST)
-			return gm__fail(-errno, err, errlen,
+		if (errno != ENOENT || !create || tries > 2) {
+			rc = -errno;
+			gm__owner_note(parent, name, note, sizeof note);
+			return gm__fail(rc, err, errlen,
+					"cannot open lock directory %s: %s%s",
+					path, strerror(-rc), note);
+		}
+		rc = parent == AT_FDCWD ? make_top(name) :
+			make_dir(parent, name, kind);
+		if (rc)
+			return gm__fail(rc, err, errlen,
 					"cannot create lock directory %s: %s",
-					path, strerror(errno));
-		made = rc == 0;
+					path, strerror(-rc));
 	}
-	if (made && fchmod(fd, 01777) < 0) {
-		rc = -errno;
-		close(fd);
-		return gm__fail(rc, err, errlen, "cannot chmod %s: %s", path,
-				strerror(-rc));
-	}
+	if (create && parent != AT_FDCWD)
+		repair_sub(fd, parent);
 	rc = check_dir(fd, path, err, errlen);
 	if (rc) {
 		close(fd);
@@ -157,18 +294,20 @@ int gm__dir_open(const char *path, int create, struct gm__dir *d, char *err,
 		 size_t errlen)
 {
 	static const char *const sub[3] = { "dev", "queue", "job" };
+	static const int kind[3] = { DIR_PLAIN, DIR_QUEUE, DIR_PLAIN };
 	int *slot[3] = { &d->dev, &d->queue, &d->job };
 	/* "<path>/<sub>", for messages only. On the heap: a lock directory
 	 * path can be 4 KiB, and this runs on CUDA threads' small stacks. */
 	size_t splen = strlen(path) + 8;
 	char *sp = malloc(splen);
 
-	d->root = d->dev = d->queue = d->job = -1;
+	d->root = d->dev = d->queue = d->job = d->user = -1;
+	d->user_name[0] = '\0';
 	if (!sp)
 		return gm__fail(-ENOMEM, err, errlen,
 				"cannot open lock directory %s: out of memory",
 				path);
-	d->root = open_dir(-1, path, path, create, err, errlen);
+	d->root = open_dir(AT_FDCWD, path, path, create, DIR_ROOT, err, errlen);
 	if (d->root < 0) {
 		int rc = d->root;
 		d->root = -1;
@@ -177,7 +316,8 @@ int gm__dir_open(const char *path, int create, struct gm__dir *d, char *err,
 	}
 	for (int i = 0; i < 3; i++) {
 		snprintf(sp, splen, "%s/%s", path, sub[i]);
-		*slot[i] = open_dir(d->root, sub[i], sp, create, err, errlen);
+		*slot[i] = open_dir(d->root, sub[i], sp, create, kind[i], err,
+				    errlen);
 		if (*slot[i] < 0) {
 			int rc = *slot[i];
 			*slot[i] = -1;
@@ -192,8 +332,8 @@ int gm__dir_open(const char *path, int create, struct gm__dir *d, char *err,
 
 void gm__dir_close(struct gm__dir *d)
 {
-	int *fds[4] = { &d->root, &d->dev, &d->queue, &d->job };
-	for (int i = 0; i < 4; i++) {
+	int *fds[5] = { &d->root, &d->dev, &d->queue, &d->job, &d->user };
+	for (int i = 0; i < 5; i++) {
 		if (*fds[i] >= 0)
 			gm__close(*fds[i]);
 		*fds[i] = -1;
@@ -210,8 +350,9 @@ static int check_file(int fd, const char *what, int fifo,
 				what, strerror(errno));
 	if (fifo ? !S_ISFIFO(st.st_mode) : !S_ISREG(st.st_mode))
 		return gm__fail(-EINVAL, err, errlen,
-				"%s is not a %s; remove it (the lock directory was damaged or is shared with something else)",
-				what, fifo ? "FIFO" : "regular file");
+				"%s (owned by uid %u) is not a %s; remove it (the lock directory was damaged or is shared with something else)",
+				what, (unsigned)st.st_uid,
+				fifo ? "FIFO" : "regular file");
 	return 0;
 }
 
@@ -221,21 +362,26 @@ static int check_file(int fd, const char *what, int fifo,
 static int create_file(int dirfd, const char *what, const char *name,
 		       int fifo, mode_t mode, char *err, size_t errlen)
 {
-	char tmp[96];
-	int fd, rc = 0;
-	static unsigned counter;
+	char tmp[64];
+	int fd, rc;
 
-	snprintf(tmp, sizeof tmp, ".tmp.%d.%u.%lld", (int)getpid(),
-		 __atomic_add_fetch(&counter, 1, __ATOMIC_RELAXED),
-		 (long long)gm__mono_ns());
-	if (fifo) {
-		if (mkfifoat(dirfd, tmp, 0600) < 0)
-			goto fail;
-		fd = openat(dirfd, tmp, O_RDWR | O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC);
-	} else {
-		fd = openat(dirfd, tmp, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
-			    0600);
+	for (int tries = 0;; tries++) {
+		gm__tmp_name(tmp, sizeof tmp);
+		if (fifo) {
+			if (mkfifoat(dirfd, tmp, 0600) == 0)
+				fd = openat(dirfd, tmp, O_RDWR | O_NONBLOCK |
+					    O_NOFOLLOW | O_CLOEXEC);
+			else
+				fd = -2;
+		} else {
+			fd = openat(dirfd, tmp, O_RDWR | O_CREAT | O_EXCL |
+				    O_NOFOLLOW | O_CLOEXEC, 0600);
+		}
+		if (fd >= 0 || errno != EEXIST || tries >= 8)
+			break;
 	}
+	if (fd == -2 || (fd < 0 && errno == EEXIST))
+		goto fail;
 	if (fd < 0)
 		goto fail_unlink;
 	if (fchmod(fd, mode) < 0) {
@@ -254,12 +400,12 @@ static int create_file(int dirfd, const char *what, const char *name,
 fail_unlink:
 	rc = -errno;
 	unlinkat(dirfd, tmp, 0);
-	return gm__fail(rc, err, errlen, "cannot create %s: %s", what,
-			strerror(-rc));
+	errno = -rc;
 fail:
 	rc = -errno;
-	return gm__fail(rc, err, errlen, "cannot create %s: %s", what,
-			strerror(-rc));
+	return gm__fail(rc, err, errlen, "cannot create %s: %s%s", what,
+			strerror(-rc), rc == -EACCES ?
+			" (its directory is not writable for you: ask its owner, or root with `gpumutex init`, to make it)" : "");
 }
 
 int gm__open(int dirfd, const char *what, const char *name, int flags,
@@ -269,6 +415,7 @@ int gm__open(int dirfd, const char *what, const char *name, int flags,
 	 * protected_fifos, that fails for files of other users in a sticky
 	 * directory even though a plain open would succeed. */
 	const int f = flags | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK;
+	char note[64];
 
 	for (int tries = 0;; tries++) {
 		int fd = openat(dirfd, name, f), rc;
@@ -281,17 +428,19 @@ int gm__open(int dirfd, const char *what, const char *name, int flags,
 			}
 			return gm__track(fd);
 		}
-		if (errno == ELOOP)
-			return gm__fail(-ELOOP, err, errlen,
-					"%s is a symbolic link; gpumutex refuses to follow it",
-					what);
-		if (errno == EACCES)
-			return gm__fail(-EACCES, err, errlen,
-					"cannot open %s: permission denied (it belongs to another user with a restrictive mode; remove it or run `gpumutex init` as root)",
-					what);
-		if (errno != ENOENT || !mode || tries > 3)
-			return gm__fail(-errno, err, errlen, "cannot open %s: %s",
-					what, strerror(errno));
+		rc = -errno;
+		gm__owner_note(dirfd, name, note, sizeof note);
+		if (rc == -ELOOP)
+			return gm__fail(rc, err, errlen,
+					"%s is a symbolic link%s; gpumutex refuses to follow it",
+					what, note);
+		if (rc == -EACCES)
+			return gm__fail(rc, err, errlen,
+					"cannot open %s: permission denied%s (another user made it with a restrictive mode; remove it or run `gpumutex init` as root)",
+					what, note);
+		if (rc != -ENOENT || !mode || tries > 3)
+			return gm__fail(rc, err, errlen, "cannot open %s: %s%s",
+					what, strerror(-rc), note);
 		rc = create_file(dirfd, what, name, fifo, mode, err, errlen);
 		if (rc)
 			return rc;
@@ -323,154 +472,16 @@ DIR *gm__listdir(int dirfd)
 	return d;
 }
 
-static struct flock one_byte(short type, int64_t start)
+/* For `gpumutex init` as root: make `fd` root's with `mode`. Changing the
+ * owner of a file or directory in use is safe: the locks belong to open
+ * descriptions, which do not change. */
+static int own(int fd, mode_t mode, const char *what, char *err,
+	       size_t errlen)
 {
-	struct flock fl;
-
-	memset(&fl, 0, sizeof fl);
-	fl.l_type = type;
-	fl.l_whence = SEEK_SET;
-	fl.l_start = (off_t)start;
-	fl.l_len = 1;
-	return fl;
-}
-
-int gm__lock(int fd, int cmd, short type, int64_t start)
-{
-	struct flock fl = one_byte(type, start);
-
-	for (;;) {
-		if (fcntl(fd, cmd, &fl) == 0)
-			return 0;
-		if (errno == EINTR)
-			continue;
-		return errno == EACCES ? -EAGAIN : -errno;
-	}
-}
-
-void gm__unlock_all(int fd)
-{
-	struct flock fl;
-
-	memset(&fl, 0, sizeof fl);
-	fl.l_type = F_UNLCK;
-	fl.l_whence = SEEK_SET; /* l_start 0 and l_len 0: the whole file */
-	while (fcntl(fd, F_OFD_SETLK, &fl) < 0 && errno == EINTR)
-		;
-}
-
-int gm__probe(int fd, short type, int64_t start)
-{
-	struct flock fl = one_byte(type, start);
-
-	if (fcntl(fd, F_OFD_GETLK, &fl) < 0)
-		return -errno;
-	return fl.l_type;
-}
-
-/* fstat, fstatat and lstat became real glibc functions (GLIBC_2.33) only
- * recently; before, they were inline wrappers of __fxstat and friends. The
- * system call is the same everywhere and, on Linux's 64-bit ABIs, fills
- * the same struct stat, so call it directly and keep the library loadable
- * on old glibc (tools/gate.sh). */
-int gm__fstatat(int dirfd, const char *name, struct stat *st, int flags)
-{
-	return (int)syscall(SYS_newfstatat, dirfd, name, st, flags);
-}
-
-int gm__fstat(int fd, struct stat *st)
-{
-	return gm__fstatat(fd, "", st, AT_EMPTY_PATH);
-}
-
-int gm__still_linked(int dirfd, const char *name, int fd)
-{
-	struct stat a, b;
-
-	if (gm__fstat(fd, &a) < 0 ||
-	    gm__fstatat(dirfd, name, &b, AT_SYMLINK_NOFOLLOW) < 0)
-		return 0;
-	return a.st_dev == b.st_dev && a.st_ino == b.st_ino;
-}
-
-static int64_t clock_ns(clockid_t id)
-{
-	struct timespec ts;
-	clock_gettime(id, &ts);
-	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
-int64_t gm__mono_ns(void) { return clock_ns(CLOCK_MONOTONIC); }
-int64_t gm__real_ns(void) { return clock_ns(CLOCK_REALTIME); }
-
-int gm__wait(struct pollfd *fds, int n, int64_t deadline_ns, int recheck_ms)
-{
-	for (;;) {
-		int64_t ms = recheck_ms > 0 ? recheck_ms : -1;
-
-		if (deadline_ns >= 0) {
-			int64_t left = deadline_ns - gm__mono_ns();
-			if (left <= 0)
-				return -ETIMEDOUT;
-			left = (left + 999999) / 1000000;
-			if (ms < 0 || left < ms)
-				ms = left;
-		}
-		for (int i = 0; i < n; i++) {
-			fds[i].events = 0; /* POLLHUP is reported regardless */
-			fds[i].revents = 0;
-		}
-		int r = poll(fds, (nfds_t)n, ms > INT32_MAX ? INT32_MAX : (int)ms);
-		if (r > 0)
-			return 0;
-		if (r < 0 && errno != EINTR)
-			return -errno;
-		if (r == 0) {
-			if (deadline_ns >= 0 && gm__mono_ns() >= deadline_ns)
-				return -ETIMEDOUT;
-			if (recheck_ms > 0)
-				return 0;
-		}
-	}
-}
-
-#ifdef GM_TEST_CRASHPOINTS
-#include <signal.h>
-void gm__crashpoint(const char *name)
-{
-	const char *at = getenv("GM_CRASH_AT");
-	if (at && strcmp(at, name) == 0)
-		kill(getpid(), SIGKILL);
-}
-#endif
-
-void gm__cmdline(pid_t pid, char *out, size_t outlen)
-{
-	char path[64];
-	int fd;
-	ssize_t len;
-
-	out[0] = '\0';
-	snprintf(path, sizeof path, "/proc/%d/cmdline", (int)pid);
-	fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return;
-	len = read(fd, out, outlen - 1);
-	close(fd);
-	if (len <= 0) {
-		out[0] = '\0';
-		return;
-	}
-	while (len > 0 && out[len - 1] == '\0')
-		len--;
-	for (ssize_t i = 0; i < len; i++) {
-		unsigned char c = (unsigned char)out[i];
-		if (c == '\0')
-			out[i] = ' ';
-		else if (c < 0x20 || c == 0x7f)
-			out[i] = '?';
-	}
-	out[len] = '\0';
+	if (fchown(fd, 0, 0) < 0 || fchmod(fd, mode) < 0)
+		return gm__fail(-errno, err, errlen, "cannot give %s to root: %s",
+				what, strerror(errno));
+	return 0;
 }
 
 int gm_lockdir_prepare(const struct gm_config *cfg, char *err, size_t errlen)
@@ -499,6 +510,41 @@ int gm_lockdir_prepare(const struct gm_config *cfg, char *err, size_t errlen)
 	return rc;
 }
 
+int gm_lockdir_secure(const struct gm_config *cfg, char *err, size_t errlen)
+{
+	static const mode_t modes[4] = { 0755, 0755, 01777, 01777 };
+	static const char *const names[4] = {
+		"the lock directory", "dev/", "queue/", "job/" };
+	struct gm__dir d;
+	int rc, fd;
+
+	if (geteuid() != 0)
+		return 0;
+	rc = gm__dir_open(cfg->lock_dir, 0, &d, err, errlen);
+	if (rc)
+		return rc;
+	{
+		int fds[4] = { d.root, d.dev, d.queue, d.job };
+		for (int i = 0; i < 4 && rc == 0; i++)
+			rc = own(fds[i], modes[i], names[i], err, errlen);
+	}
+	for (int i = 0; i < cfg->ndevices && rc == 0; i++) {
+		fd = gm__dev_open(&d, cfg->devices[i], O_RDONLY, err, errlen);
+		rc = fd < 0 ? fd : own(fd, 0666, "a device file", err, errlen);
+		if (fd >= 0)
+			gm__close(fd);
+	}
+	if (rc == 0) {
+		fd = gm__open(d.queue, "ticket counter queue/seq", "seq",
+			      O_RDONLY, 0, 0, err, errlen);
+		rc = fd < 0 ? fd : own(fd, 0666, "queue/seq", err, errlen);
+		if (fd >= 0)
+			gm__close(fd);
+	}
+	gm__dir_close(&d);
+	return rc;
+}
+
 int gm_lockdir_declare(const struct gm_config *cfg, char *err, size_t errlen)
 {
 	struct gm__dir d;
@@ -515,8 +561,7 @@ int gm_lockdir_declare(const struct gm_config *cfg, char *err, size_t errlen)
 	off += (size_t)snprintf(buf + off, sizeof buf - off, "\n");
 	/* Whole or not at all: written under a name of ours, then renamed
 	 * over the old declaration, so a reader sees one or the other. */
-	snprintf(tmp, sizeof tmp, ".tmp." GM_POOL_FILE ".%d", (int)getpid());
-	unlinkat(d.root, tmp, 0);
+	gm__tmp_name(tmp, sizeof tmp); /* one nobody can make first */
 	errno = 0;
 	fd = openat(d.root, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW |
 		    O_CLOEXEC, 0644);

@@ -1,5 +1,6 @@
 /*
- * records.c - lease records: parsing, liveness, and removing dead jobs.
+ * records.c - lease records: parsing, liveness, removing dead jobs, and
+ * the directory of each user's job files.
  *
  * A record is only a description. Whether a lease is alive is always
  * decided by the kernel's locks, never by what a record says.
@@ -102,7 +103,7 @@ int gm__read_record(int dirfd, const char *name, char **text, uid_t *owner)
 	return rc;
 }
 
-/* Remove job `name` (a FIFO called <uid>-<job>) if it is dead. We take
+/* Remove job `name` (the FIFO job/<uid>/<job>) if it is dead. We take
  * its job lock first, so no process of that job is claiming or joining,
  * and we unlink while holding it: a process that opened the FIFO before
  * the unlink finds, once it gets the lock, that its FIFO is no longer
@@ -112,19 +113,19 @@ static void cleanup_one(const struct gm__dir *d, const char *name)
 	char rec[GM_JOB_MAX + 48], tmp[GM_JOB_MAX + 48], *buf;
 	uint64_t lease;
 	int devices[GM_MAX_DEVICES], n = 0, rc;
-	int fd = gm__track(openat(d->job, name,
+	int fd = gm__track(openat(d->user, name,
 				  O_RDWR | O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC));
 
 	if (fd < 0)
 		return;
 	if (gm__lock(fd, F_OFD_SETLK, F_WRLCK, 0) < 0 ||
-	    !gm__still_linked(d->job, name, fd))
+	    !gm__still_linked(d->user, name, fd))
 		goto out;
 	snprintf(rec, sizeof rec, "%s.lease", name);
 	snprintf(tmp, sizeof tmp, "%s.lease.tmp", name);
 	/* Remove only what is known dead: no record, or a record whose
 	 * lease no device names any more. Any error keeps the job. */
-	rc = gm__read_record(d->job, rec, &buf, NULL);
+	rc = gm__read_record(d->user, rec, &buf, NULL);
 	if (rc == 0) {
 		int keep = gm__record_parse(buf, &lease, devices, &n) != 0 ||
 			   gm__lease_alive(d, lease, devices, n) != 0;
@@ -134,18 +135,19 @@ static void cleanup_one(const struct gm__dir *d, const char *name)
 	} else if (rc != -ENOENT) {
 		goto out;
 	}
-	unlinkat(d->job, rec, 0);
-	unlinkat(d->job, tmp, 0);
-	unlinkat(d->job, name, 0);
+	unlinkat(d->user, rec, 0);
+	unlinkat(d->user, tmp, 0);
+	unlinkat(d->user, name, 0);
 out:
 	gm__unlock_all(fd);
 	gm__close(fd);
 }
 
-/* Temporary files (create_file in lockdir.c) of ours left by a process
- * killed while making a file. A maker needs its temporary file for a few
- * system calls, so only ones older than a minute are removed (and a maker
- * whose file went away anyway makes another). */
+/* Temporary files (lockdir.c, queue.c) and empty directories (the user
+ * directory below) of ours left by a process killed while making them. A
+ * maker needs its temporary name for a few system calls, so only ones
+ * older than a minute are removed (and a maker whose file went away
+ * anyway makes another). */
 static void cleanup_tmp(int dirfd)
 {
 	DIR *dir = gm__listdir(dirfd);
@@ -162,39 +164,221 @@ static void cleanup_tmp(int dirfd)
 		    (int64_t)st.st_ctim.tv_sec * 1000000000 + st.st_ctim.tv_nsec >
 			    gm__real_ns() - INT64_C(60000000000))
 			continue;
-		unlinkat(dirfd, de->d_name, 0);
+		unlinkat(dirfd, de->d_name, S_ISDIR(st.st_mode) ? AT_REMOVEDIR : 0);
 	}
 	closedir(dir);
 }
 
 void gm__cleanup_jobs(const struct gm__dir *d, const char *keep)
 {
-	char prefix[32];
-	size_t plen;
-	DIR *dir = gm__listdir(d->job);
+	DIR *dir = gm__listdir(d->user);
 	struct dirent *de;
 
 	if (!dir)
 		return;
-	plen = (size_t)snprintf(prefix, sizeof prefix, "%u-",
-				(unsigned)geteuid());
 	while ((de = readdir(dir)) != NULL) {
-		/* Our own user's job FIFOs only: the names without a dot
-		 * after the prefix (a job id may contain dots, but the
-		 * record names end in ".lease" or ".lease.tmp"). */
+		/* The job FIFOs: the names without a dot (job ids have none;
+		 * records end in ".lease" or ".lease.tmp", temporary names
+		 * start with a dot). All of them are ours: nobody else can
+		 * make files in our directory. */
 		const char *nm = de->d_name;
-		size_t len = strlen(nm);
 
-		if (strncmp(nm, prefix, plen) != 0 || strcmp(nm, keep) == 0)
-			continue;
-		if ((len > 6 && strcmp(nm + len - 6, ".lease") == 0) ||
-		    (len > 10 && strcmp(nm + len - 10, ".lease.tmp") == 0))
+		if (strchr(nm, '.') || strcmp(nm, keep) == 0)
 			continue;
 		if (de->d_type != DT_FIFO && de->d_type != DT_UNKNOWN)
 			continue;
 		cleanup_one(d, nm);
 	}
 	closedir(dir);
+	cleanup_tmp(d->user);
+	cleanup_tmp(d->root);
 	cleanup_tmp(d->job);
 	cleanup_tmp(d->dev);
+	cleanup_tmp(d->queue);
+}
+
+/* ---- This user's directory of job files ------------------------------- */
+
+/* Open `name` in job/ if it is a directory of ours that nobody else can
+ * write to: the descriptor, GM__FOREIGN if it is anything else, or
+ * -errno (-ENOENT: nothing there). */
+static int user_dir_try(const struct gm__dir *d, const char *name)
+{
+	struct stat st;
+	int fd = openat(d->job, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW |
+			O_CLOEXEC);
+
+	if (fd < 0)
+		return errno == ENOTDIR || errno == ELOOP || errno == EACCES ?
+			GM__FOREIGN : -errno;
+	if (gm__fstat(fd, &st) == 0 && S_ISDIR(st.st_mode) &&
+	    st.st_uid == geteuid() && !(st.st_mode & (S_IWGRP | S_IWOTH)))
+		return fd;
+	close(fd);
+	return GM__FOREIGN;
+}
+
+/* "<uid>.<16 hex digits>": a second choice of user directory. */
+static int is_alt_name(const char *nm, const char *primary)
+{
+	size_t plen = strlen(primary);
+	uint64_t v;
+
+	return strncmp(nm, primary, plen) == 0 && nm[plen] == '.' &&
+	       strlen(nm + plen + 1) == 16 &&
+	       gm_parse_uint(nm + plen + 1, 16, UINT64_MAX, &v) == 0;
+}
+
+/* Make our directory under `name`: 0755 under a private temporary name
+ * first, then renamed into place. 0, or -errno (-EEXIST: name taken). */
+static int user_dir_make(const struct gm__dir *d, const char *name)
+{
+	char tmp[64];
+	int fd, rc = 0;
+
+	for (int tries = 0;; tries++) {
+		gm__tmp_name(tmp, sizeof tmp);
+		if (mkdirat(d->job, tmp, 0700) == 0)
+			break;
+		if (errno != EEXIST || tries >= 8)
+			return -errno;
+	}
+	fd = openat(d->job, tmp, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (fd < 0 || fchmod(fd, 0755) < 0 ||
+	    gm__rename_noreplace(d->job, tmp, name) < 0)
+		rc = -errno;
+	if (fd >= 0)
+		close(fd);
+	if (rc) {
+		unlinkat(d->job, tmp, AT_REMOVEDIR);
+		if (rc == -ENOTEMPTY || rc == -EPERM)
+			rc = -EEXIST; /* renamed onto someone else's directory */
+	}
+	return rc;
+}
+
+/* Our directory if one exists: job/<uid> first, else the lowest-named
+ * job/<uid>.<hex>. Its name goes into `best`; 0, -ENOENT, or -errno. */
+static int user_dir_find(struct gm__dir *d, const char *primary, char *best,
+			 size_t bestlen)
+{
+	DIR *dir;
+	struct dirent *de;
+	int fd = user_dir_try(d, primary);
+
+	best[0] = '\0';
+	if (fd >= 0) {
+		snprintf(best, bestlen, "%s", primary);
+		close(fd);
+		return 0;
+	}
+	dir = gm__listdir(d->job);
+	if (!dir)
+		return -errno;
+	while ((de = readdir(dir)) != NULL) {
+		if (!is_alt_name(de->d_name, primary) ||
+		    (best[0] && strcmp(de->d_name, best) >= 0))
+			continue;
+		fd = user_dir_try(d, de->d_name);
+		if (fd >= 0) {
+			close(fd);
+			snprintf(best, bestlen, "%.39s", de->d_name);
+		}
+	}
+	closedir(dir);
+	return best[0] ? 0 : -ENOENT;
+}
+
+/* Open `name`, found or made by us, into d->user. */
+static int user_dir_use(struct gm__dir *d, const char *name, char *err,
+			size_t errlen)
+{
+	int fd = user_dir_try(d, name);
+
+	if (fd < 0) {
+		char note[64];
+		gm__owner_note(d->job, name, note, sizeof note);
+		return gm__fail(fd == GM__FOREIGN ? -EPERM : fd, err, errlen,
+				"cannot use job/%s for this user's job files%s",
+				name, note);
+	}
+	snprintf(d->user_name, sizeof d->user_name, "%s", name);
+	d->user = gm__track(fd);
+	return 0;
+}
+
+/* Under the counter lock: our directory, or a new one. Only we make
+ * directories of ours, and only here, so there is never more than one. */
+static int user_dir_locked(struct gm__dir *d, const char *primary,
+			   char *err, size_t errlen)
+{
+	char best[40];
+	int rc = user_dir_find(d, primary, best, sizeof best);
+
+	if (rc == 0)
+		return user_dir_use(d, best, err, errlen);
+	if (rc != -ENOENT)
+		return gm__fail(rc, err, errlen, "cannot read job/: %s",
+				strerror(-rc));
+	for (int tries = 0; tries < 8; tries++) {
+		struct stat st;
+
+		if (gm__fstatat(d->job, primary, &st, AT_SYMLINK_NOFOLLOW) < 0 &&
+		    errno == ENOENT)
+			snprintf(best, sizeof best, "%s", primary);
+		else
+			snprintf(best, sizeof best, "%s.%016" PRIx64, primary,
+				 gm__random_u64());
+		rc = user_dir_make(d, best);
+		if (rc == 0)
+			return user_dir_use(d, best, err, errlen);
+		if (rc != -EEXIST)
+			return gm__fail(rc, err, errlen,
+					"cannot create job/%s: %s", best,
+					strerror(-rc));
+	}
+	return gm__fail(-EEXIST, err, errlen,
+			"cannot create a directory for this user's job files in job/: every name tried was taken");
+}
+
+int gm__user_dir_find(struct gm__dir *d, char *err, size_t errlen)
+{
+	char primary[16], best[40];
+	int rc;
+
+	snprintf(primary, sizeof primary, "%u", (unsigned)geteuid());
+	rc = user_dir_find(d, primary, best, sizeof best);
+	if (rc == -ENOENT)
+		return rc;
+	if (rc)
+		return gm__fail(rc, err, errlen, "cannot read job/: %s",
+				strerror(-rc));
+	return user_dir_use(d, best, err, errlen);
+}
+
+int gm__user_dir(struct gm__dir *d, int64_t deadline, char *err,
+		 size_t errlen)
+{
+	char primary[16];
+	int fd, rc;
+
+	snprintf(primary, sizeof primary, "%u", (unsigned)geteuid());
+	fd = user_dir_try(d, primary);
+	if (fd >= 0) {
+		snprintf(d->user_name, sizeof d->user_name, "%s", primary);
+		d->user = gm__track(fd);
+		return 0;
+	}
+	if (fd != -ENOENT && fd != GM__FOREIGN)
+		return gm__fail(fd, err, errlen, "cannot open job/%s: %s",
+				primary, strerror(-fd));
+	/* Missing (our first job here), or someone else's file has the
+	 * name: settle it under the counter lock, which serialises us with
+	 * every other process of ours that might be doing the same. */
+	fd = gm__counter_lock(d, deadline, err, errlen);
+	if (fd < 0)
+		return fd;
+	rc = user_dir_locked(d, primary, err, errlen);
+	gm__close(fd);
+	return rc;
 }

@@ -127,11 +127,12 @@ static int parse_lease(const char *text, struct gm_state_lease *l)
 	return 0;
 }
 
-static int read_leases(const struct gm__dir *d, struct gm_state *st)
+/* The live leases among the records in `dirfd` owned by `owner`. */
+static int read_records(const struct gm__dir *d, int dirfd, uid_t owner,
+			struct gm_state *st, int *cap)
 {
-	DIR *dir = gm__listdir(d->job);
+	DIR *dir = gm__listdir(dirfd);
 	struct dirent *de;
-	int cap = 0;
 
 	if (!dir)
 		return 0;
@@ -141,30 +142,69 @@ static int read_leases(const struct gm__dir *d, struct gm_state *st)
 		char *buf;
 		struct gm_state_lease l;
 		int bad;
+		uid_t by;
 
 		if (len <= 6 || strcmp(nm + len - 6, ".lease") != 0)
 			continue;
-		if (gm__read_record(d->job, nm, &buf, NULL) != 0)
+		if (gm__read_record(dirfd, nm, &buf, &by) != 0)
 			continue;
+		if (owner != (uid_t)-1 && by != owner) {
+			free(buf);
+			continue;
+		}
 		bad = parse_lease(buf, &l);
 		free(buf);
 		if (bad ||
 		    gm__lease_alive(d, l.lease_id, l.devices, l.ndevices) != 1)
 			continue;
-		if (st->nleases == cap) {
-			int nc = cap ? cap * 2 : 16;
+		if (st->nleases == *cap) {
+			int nc = *cap ? *cap * 2 : 16;
 			void *nv = realloc(st->leases, (size_t)nc * sizeof l);
 			if (!nv) {
 				closedir(dir);
 				return -ENOMEM;
 			}
 			st->leases = nv;
-			cap = nc;
+			*cap = nc;
 		}
 		st->leases[st->nleases++] = l;
 	}
 	closedir(dir);
 	return 0;
+}
+
+/* Records live in each user's directory, job/<uid> or job/<uid>.<hex>
+ * (records.c); one whose owner is not the user its name says was made by
+ * someone else and is not read. Records directly in job/ are those of an
+ * older version, still read while its jobs run. */
+static int read_leases(const struct gm__dir *d, struct gm_state *st)
+{
+	DIR *dir = gm__listdir(d->job);
+	struct dirent *de;
+	int cap = 0, rc = read_records(d, d->job, (uid_t)-1, st, &cap);
+
+	if (!dir)
+		return rc;
+	while (rc == 0 && (de = readdir(dir)) != NULL) {
+		const char *end;
+		uint64_t uid;
+		struct stat sb;
+		int fd;
+
+		if (gm_scan_uint(de->d_name, 10, UINT32_MAX, &uid, &end) ||
+		    (*end != '\0' && *end != '.'))
+			continue;
+		fd = openat(d->job, de->d_name,
+			    O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+		if (fd < 0)
+			continue;
+		if (gm__fstat(fd, &sb) == 0 && sb.st_uid == (uid_t)uid &&
+		    !(sb.st_mode & (S_IWGRP | S_IWOTH)))
+			rc = read_records(d, fd, (uid_t)uid, st, &cap);
+		close(fd);
+	}
+	closedir(dir);
+	return rc;
 }
 
 static int read_waiters(const struct gm__dir *d, struct gm_state *st)
@@ -186,8 +226,9 @@ static int read_waiters(const struct gm__dir *d, struct gm_state *st)
 		if (gm__ticket_parse(de->d_name, &w.ticket, &uid, &pid,
 				     &w.want, &mask, w.job, sizeof w.job))
 			continue;
-		fd = openat(d->queue, de->d_name,
-			    O_RDONLY | O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC);
+		/* Only tickets the protocol made (queue.c): not a file of
+		 * someone else's under such a name. */
+		fd = gm__ticket_open(d->queue, de->d_name, uid, NULL, 0);
 		if (fd < 0)
 			continue;
 		live = gm__probe(fd, F_WRLCK, 0) == F_WRLCK;
@@ -199,7 +240,6 @@ static int read_waiters(const struct gm__dir *d, struct gm_state *st)
 		close(fd);
 		if (!live)
 			continue;
-		(void)uid;
 		w.pid = (pid_t)pid;
 		for (int i = 0; i < GM_MAX_DEVICES; i++)
 			if (mask & (UINT64_C(1) << i))
@@ -288,7 +328,7 @@ static void split_managed(struct gm_state *st)
 int gm_state_read(const char *lock_dir, struct gm_state *st, char *err,
 		  size_t errlen)
 {
-	struct gm__dir d = { -1, -1, -1, -1 };
+	struct gm__dir d = { -1, -1, -1, -1, -1, "" };
 	int rc;
 
 	memset(st, 0, sizeof *st);

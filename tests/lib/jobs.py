@@ -91,6 +91,32 @@ class Job:
         return rc
 
 
+def job_dir(lockdir, uid=None):
+    """The directory of `uid`'s (default: our) job files: job/<uid>, or
+    job/<uid>.<hex> when another user had taken that name (docs/design.md,
+    "Files")."""
+    uid = os.geteuid() if uid is None else uid
+    base = os.path.join(lockdir, "job")
+    names = [str(uid)]
+    if os.path.isdir(base):
+        names += sorted(n for n in os.listdir(base)
+                        if n.startswith(f"{uid}."))
+    for n in names:
+        p = os.path.join(base, n)
+        try:
+            st = os.lstat(p)
+        except FileNotFoundError:
+            continue
+        if stat.S_ISDIR(st.st_mode) and st.st_uid == uid:
+            return p
+    return os.path.join(base, str(uid))
+
+
+def job_file(lockdir, job, suffix="", uid=None):
+    """job/<uid>/<job><suffix>: the job lock (""), its record (".lease")."""
+    return os.path.join(job_dir(lockdir, uid), job + suffix)
+
+
 def job_env(lockdir, journal, devices="0,1", want=None, job=None,
             timeout=None, extra=None):
     env = {k: v for k, v in os.environ.items() if not k.startswith("GPUMUTEX_")}

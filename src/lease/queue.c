@@ -1,0 +1,435 @@
+/*
+ * queue.c - the queue: the ticket counter, tickets, and who is ahead.
+ *
+ *   queue/seq     the next ticket number, under a short write lock
+ *   queue/<name>  a ticket: a FIFO, mode 0644, write-locked by its waiter
+ *                 while it waits. Name: <seq:016x>.<uid>.<pid>.<want>.
+ *                 <mask:016x>.<job> (fixed-width hex first, so that names
+ *                 sort like the numbers; the rest lets `gpumutex status`
+ *                 describe a waiter without any other file).
+ *
+ * queue/ is shared by every user, so anyone can put anything in it. What
+ * the protocol makes is recognisable: a ticket is a 0644 FIFO owned by
+ * the user its name says, and it appears under its name only complete
+ * (locked, with its mode), so anyone can open and probe it. Anything else
+ * under a ticket's name is not a waiter and is passed over.
+ */
+#define _GNU_SOURCE
+#include <dirent.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "internal.h"
+
+/* Ticket numbers stay below this, far from where 64 bits would wrap. */
+#define GM_SEQ_MAX (UINT64_C(1) << 48)
+
+int gm__ticket_parse(const char *name, uint64_t *seq, unsigned *uid,
+		     int *pid, int *want, uint64_t *mask, char *job,
+		     size_t joblen)
+{
+	/* Field by field: each is digits only, followed by its dot. The two
+	 * hex fields are exactly 16 digits wide. */
+	static const struct { int base; uint64_t max; int width; } f[5] = {
+		{ 16, UINT64_MAX, 16 }, { 10, UINT32_MAX, 0 },
+		{ 10, INT32_MAX, 0 }, { 10, INT32_MAX, 0 },
+		{ 16, UINT64_MAX, 16 },
+	};
+	uint64_t v[5];
+	const char *p = name, *end;
+
+	for (int i = 0; i < 5; i++) {
+		if (gm_scan_uint(p, f[i].base, f[i].max, &v[i], &end) ||
+		    *end != '.' || (f[i].width && end - p != f[i].width))
+			return -EINVAL;
+		p = end + 1;
+	}
+	*seq = v[0];
+	*uid = (unsigned)v[1];
+	*pid = (int)v[2];
+	*want = (int)v[3];
+	*mask = v[4];
+	if (job)
+		snprintf(job, joblen, "%s", p);
+	return 0;
+}
+
+/* What a ticket of `uid` made by the protocol looks like. Our own are
+ * also recognised in another mode, so that ones left 0600 by an older
+ * version (killed between making and widening them) get removed. */
+static int is_ticket(const struct stat *st, unsigned uid)
+{
+	return S_ISFIFO(st->st_mode) && st->st_uid == uid &&
+	       ((st->st_mode & 07777) == 0644 || st->st_uid == geteuid());
+}
+
+int gm__ticket_open(int qfd, const char *name, unsigned uid, char *err,
+		    size_t errlen)
+{
+	struct stat st;
+	int fd = openat(qfd, name, O_RDONLY | O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC);
+	int rc;
+
+	if (fd >= 0) {
+		if (gm__fstat(fd, &st) < 0) {
+			rc = -errno;
+			close(fd);
+			return gm__fail(rc, err, errlen,
+					"cannot stat the ticket queue/%s: %s",
+					name, strerror(-rc));
+		}
+		if (is_ticket(&st, uid))
+			return fd;
+		close(fd);
+		return GM__FOREIGN;
+	}
+	rc = -errno;
+	if (rc == -ENOENT)
+		return rc;
+	if (gm__fstatat(qfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0)
+		return errno == ENOENT ? -ENOENT :
+			gm__fail(rc, err, errlen,
+				 "cannot open the ticket queue/%s: %s", name,
+				 strerror(-rc));
+	/* A real ticket can be opened by anyone (a symlink, a 0600 FIFO or
+	 * a 0700 directory cannot). One that looks real but cannot be opened
+	 * may be a live waiter: not knowing, we must not pass it. */
+	if (!is_ticket(&st, uid) || (st.st_mode & 07777) != 0644)
+		return GM__FOREIGN;
+	return gm__fail(rc, err, errlen,
+			"cannot open the ticket queue/%s (owned by uid %u): %s",
+			name, (unsigned)st.st_uid, strerror(-rc));
+}
+
+int gm__counter_lock(const struct gm__dir *d, int64_t deadline, char *err,
+		     size_t errlen)
+{
+	int cfd, rc;
+
+	cfd = gm__open(d->queue, "ticket counter queue/seq", "seq", O_RDWR,
+		       0, 0666, err, errlen);
+	if (cfd < 0)
+		return cfd;
+	/* Held for a few system calls only, by processes that never wait for
+	 * anything while holding it. Without a deadline, block in the kernel,
+	 * which queues the waiters. With one, the wait must honour it (anyone
+	 * can lock the file, and a holder can be stopped): try, and back off
+	 * from 20 us up to 50 ms between tries. This is the one wait that is
+	 * not a doorbell: it guards a few system calls. */
+	for (long us = 20;; us = us < 50000 ? us * 2 : 50000) {
+		struct timespec ts;
+
+		rc = gm__lock(cfd, deadline < 0 ? F_OFD_SETLKW : F_OFD_SETLK,
+			      F_WRLCK, 0);
+		if (rc != -EAGAIN)
+			break;
+		if (deadline >= 0 && gm__mono_ns() + us * 1000 > deadline) {
+			gm__close(cfd);
+			return -ETIMEDOUT; /* the caller says what it waited for */
+		}
+		ts.tv_sec = 0;
+		ts.tv_nsec = us * 1000;
+		nanosleep(&ts, NULL);
+	}
+	if (rc) {
+		gm__close(cfd);
+		return gm__fail(rc, err, errlen, "cannot lock queue/seq: %s",
+				strerror(-rc));
+	}
+	return cfd;
+}
+
+/*
+ * The counter is damaged (not a number, out of range, empty): number on
+ * from the live tickets instead. A new ticket must come after every live
+ * one (dead ones are passed over by everyone anyway), and while we hold
+ * the counter lock no honest process makes one. Returns 0 with *seq set,
+ * or -errno.
+ */
+static int counter_recover(const struct gm__dir *d, uint64_t *seq, char *err,
+			   size_t errlen)
+{
+	DIR *dir = gm__listdir(d->queue);
+	struct dirent *de;
+	uint64_t max = 0;
+	char top[256] = "";
+
+	if (!dir)
+		return gm__fail(-errno, err, errlen, "cannot read queue/: %s",
+				strerror(errno));
+	while ((de = readdir(dir)) != NULL) {
+		uint64_t s, mask;
+		unsigned uid;
+		int pid, want, fd, live;
+
+		if (gm__ticket_parse(de->d_name, &s, &uid, &pid, &want, &mask,
+				     NULL, 0) < 0 || s >= GM_SEQ_MAX || s <= max)
+			continue;
+		fd = gm__ticket_open(d->queue, de->d_name, uid, err, errlen);
+		if (fd == -ENOENT || fd == GM__FOREIGN)
+			continue;
+		if (fd < 0) {
+			closedir(dir);
+			return fd;
+		}
+		live = gm__probe(fd, F_WRLCK, 0) != F_UNLCK;
+		close(fd);
+		if (live) {
+			max = s;
+			snprintf(top, sizeof top, "%s", de->d_name);
+		}
+	}
+	closedir(dir);
+	if (max + 1 >= GM_SEQ_MAX)
+		return gm__fail(-EOVERFLOW, err, errlen,
+				"no ticket number is left after the live ticket queue/%s (someone set its number near the limit); it must end first",
+				top);
+	*seq = max + 1;
+	return 0;
+}
+
+/* Read the counter (we hold its lock). *rewrite is set when the file must
+ * be rewritten whole, not only its number updated. */
+static int counter_read(const struct gm__dir *d, int cfd, uint64_t *seq,
+			int *rewrite, char *err, size_t errlen)
+{
+	char buf[40];
+	ssize_t n = pread(cfd, buf, sizeof buf - 1, 0);
+
+	if (n < 0)
+		return gm__fail(-errno, err, errlen, "cannot read queue/seq: %s",
+				strerror(errno));
+	*rewrite = n != 17;
+	if (n >= 17 && buf[16] == '\n') {
+		buf[16] = '\0';
+		if (gm_parse_uint(buf, 16, GM_SEQ_MAX - 1, seq) == 0 &&
+		    strlen(buf) == 16 && *seq > 0)
+			return 0;
+	}
+	/* Empty (new) or damaged: any user can write to it. */
+	*rewrite = 1;
+	return counter_recover(d, seq, err, errlen);
+}
+
+/* Make a ticket FIFO complete under a temporary name: 0644 and
+ * write-locked. Returns its descriptor, or -errno. */
+static int ticket_fifo(int qfd, char *tmp, size_t tmplen)
+{
+	int fd, rc;
+
+	for (int tries = 0;; tries++) {
+		gm__tmp_name(tmp, tmplen);
+		if (mkfifoat(qfd, tmp, 0600) == 0)
+			break;
+		if (errno != EEXIST || tries >= 8)
+			return -errno;
+	}
+	fd = gm__track(openat(qfd, tmp, O_RDWR | O_NONBLOCK | O_NOFOLLOW |
+			      O_CLOEXEC));
+	if (fd < 0) {
+		rc = -errno;
+		unlinkat(qfd, tmp, 0);
+		return rc;
+	}
+	rc = fchmod(fd, 0644) < 0 ? -errno : gm__lock(fd, F_OFD_SETLK, F_WRLCK, 0);
+	if (rc) {
+		gm__close(fd);
+		unlinkat(qfd, tmp, 0);
+		return rc;
+	}
+	return fd;
+}
+
+/* Give the ticket (its FIFO `*fd`, under temporary name `tmp`) its name,
+ * numbered from *seq on: the first number whose name is free. 0 or -errno. */
+static int ticket_link(const struct gm__dir *d, const struct gm_config *cfg,
+		       uint64_t mask, int *fd, char *tmp, size_t tmplen,
+		       uint64_t *seq, struct gm__ticket *t)
+{
+	for (int tries = 0, lost = 0;;) {
+		snprintf(t->name, sizeof t->name,
+			 "%016" PRIx64 ".%u.%d.%d.%016" PRIx64 ".%s", *seq,
+			 (unsigned)geteuid(), (int)getpid(), cfg->want, mask,
+			 cfg->job);
+		if (linkat(d->queue, tmp, d->queue, t->name, 0) == 0)
+			return 0;
+		if (errno == EEXIST && ++tries < 1000) {
+			++*seq; /* ours from before: the counter was rewound */
+			continue;
+		}
+		if (errno != ENOENT || ++lost > 3)
+			return -errno;
+		/* Our temporary name was tidied away while we waited for the
+		 * counter (records.c, cleanup_tmp): make the FIFO again. */
+		gm__close(*fd);
+		*fd = ticket_fifo(d->queue, tmp, tmplen);
+		if (*fd < 0)
+			return *fd;
+	}
+}
+
+int gm__ticket_take(const struct gm__dir *d, const struct gm_config *cfg,
+		    uint64_t mask, int64_t deadline, struct gm__ticket *t,
+		    char *err, size_t errlen)
+{
+	char tmp[64], buf[32];
+	int cfd, fd, rc, rewrite = 0;
+	uint64_t seq = 1;
+	ssize_t n;
+
+	t->fd = -1;
+	t->seq = 0;
+	/* The ticket is made whole (mode, lock) before it has a name, and
+	 * before the counter lock, which is then held only to number it:
+	 * whoever finds it under its name can open it, and no crash leaves
+	 * a ticket that others cannot read. */
+	fd = ticket_fifo(d->queue, tmp, sizeof tmp);
+	if (fd < 0)
+		return gm__fail(fd, err, errlen,
+				"cannot make a ticket in queue/: %s",
+				strerror(-fd));
+	cfd = gm__counter_lock(d, deadline, err, errlen);
+	if (cfd < 0) {
+		gm__close(fd);
+		unlinkat(d->queue, tmp, 0);
+		return cfd;
+	}
+	GM_CRASHPOINT("counter-locked");
+	rc = counter_read(d, cfd, &seq, &rewrite, err, errlen);
+	if (rc == 0) {
+		rc = ticket_link(d, cfg, mask, &fd, tmp, sizeof tmp, &seq, t);
+		if (rc)
+			gm__fail(rc, err, errlen,
+				 "cannot make a ticket in queue/: %s",
+				 strerror(-rc));
+	}
+	if (rc == 0) {
+		t->fd = fd;
+		t->seq = seq;
+		fd = -1;
+		GM_CRASHPOINT("ticket-made");
+		n = snprintf(buf, sizeof buf, "%016" PRIx64 "\n", seq + 1);
+		errno = 0;
+		if (pwrite(cfd, buf, (size_t)n, 0) != n ||
+		    (rewrite && ftruncate(cfd, n) < 0)) {
+			/* Without the new value the next taker would get our
+			 * number too: give the ticket back and fail. */
+			rc = errno ? -errno : -EIO;
+			gm__ticket_release(d, t);
+			gm__fail(rc, err, errlen, "cannot update queue/seq: %s",
+				 strerror(-rc));
+		}
+	}
+	gm__close(cfd); /* also releases the counter lock */
+	if (fd >= 0)
+		gm__close(fd);
+	unlinkat(d->queue, tmp, 0);
+	return rc;
+}
+
+void gm__ticket_release(const struct gm__dir *d, struct gm__ticket *t)
+{
+	if (t->fd < 0)
+		return;
+	/* Unlink first: whoever wakes up at our close rescans the queue and
+	 * must not find us there. */
+	unlinkat(d->queue, t->name, 0);
+	gm__unlock_all(t->fd);
+	gm__close(t->fd);
+	t->fd = -1;
+}
+
+struct entry {
+	uint64_t seq;
+	unsigned uid;
+	char name[256];
+};
+
+static int cmp_entry_desc(const void *x, const void *y)
+{
+	const struct entry *a = x, *b = y;
+	return a->seq < b->seq ? 1 : a->seq > b->seq ? -1 : 0;
+}
+
+int gm__ticket_ahead(const struct gm__dir *d, const struct gm__ticket *t,
+		     uint64_t mask, int count, int *ahead, char *err,
+		     size_t errlen)
+{
+	DIR *dir;
+	struct dirent *de;
+	struct entry *v = NULL;
+	size_t n = 0, cap = 0;
+	int found = -1;
+	unsigned me = (unsigned)geteuid();
+
+	*ahead = 0;
+	dir = gm__listdir(d->queue);
+	if (!dir)
+		return gm__fail(-errno, err, errlen, "cannot read queue/: %s",
+				strerror(errno));
+	while ((de = readdir(dir)) != NULL) {
+		struct entry e;
+		uint64_t emask;
+		int pid, want;
+
+		if (gm__ticket_parse(de->d_name, &e.seq, &e.uid, &pid, &want,
+				     &emask, NULL, 0) < 0)
+			continue;
+		if (e.seq >= t->seq || !(emask & mask))
+			continue;
+		if (n == cap) {
+			size_t nc = cap ? cap * 2 : 64;
+			struct entry *nv = realloc(v, nc * sizeof *v);
+			if (!nv) {
+				free(v);
+				closedir(dir);
+				return gm__fail(-ENOMEM, err, errlen,
+						"out of memory reading queue/");
+			}
+			v = nv;
+			cap = nc;
+		}
+		snprintf(e.name, sizeof e.name, "%s", de->d_name);
+		v[n++] = e;
+	}
+	closedir(dir);
+	if (n > 1)
+		qsort(v, n, sizeof *v, cmp_entry_desc);
+	for (size_t i = 0; i < n; i++) {
+		int fd = gm__ticket_open(d->queue, v[i].name, v[i].uid, err,
+					 errlen);
+		if (fd == -ENOENT || fd == GM__FOREIGN)
+			continue; /* gone (granted, gave up, cleaned), or not a
+				   * ticket: someone else's file under such a name */
+		if (fd < 0) {
+			/* Not knowing whether it is alive, we must not pass it. */
+			free(v);
+			if (found >= 0)
+				gm__close(found);
+			return fd;
+		}
+		gm__track(fd);
+		if (gm__probe(fd, F_WRLCK, 0) == F_UNLCK) {
+			/* Dead: its waiter died without cleaning up. Tickets are
+			 * never reused, so a dead one stays dead; remove ours. */
+			gm__close(fd);
+			if (v[i].uid == me)
+				unlinkat(d->queue, v[i].name, 0);
+			continue;
+		}
+		if (found < 0)
+			found = fd;
+		else
+			gm__close(fd);
+		++*ahead;
+		if (!count)
+			break;
+	}
+	free(v);
+	return found;
+}
