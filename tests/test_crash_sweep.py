@@ -31,7 +31,7 @@ ROOT = pytest.mark.skipif(os.geteuid() != 0,
                           reason="needs root to play several users")
 USER_A, USER_B, USER_C, USER_D = 4201, 4202, 4203, 4204
 MUTATING = ("mkdir,mkdirat,mkfifoat,mknodat,fchmod,fchown,linkat,renameat,"
-            "unlinkat,ftruncate,write,pwrite")
+            "unlinkat,symlinkat,ftruncate,write,pwrite")
 EVERY = None  # count every call the shim knows
 
 

@@ -120,6 +120,19 @@ def ticket_name(seq, uid):
     return f"{seq:016x}.{uid}.99999.1.{3:016x}.old"
 
 
+def next_ticket(lockdir, uid=USER_B):
+    """The name of a ticket numbered where the counter stands, with the
+    index link (queue/<seq:016x>) the protocol makes, planted by `uid`:
+    so that claimants meet it on their walk down the queue instead of
+    passing it by the queue's marks."""
+    with open(os.path.join(lockdir, "queue", "seq")) as f:
+        seq = int(f.readline(), 16)
+    name = ticket_name(seq, uid)
+    index = os.path.join(lockdir, "queue", f"{seq:016x}")
+    as_user(USER_B, lambda: os.symlink(name, index))
+    return name
+
+
 @VICTIMS
 @pytest.mark.parametrize("owner_in_name", ["planter", "victim"])
 @pytest.mark.parametrize("kind", KINDS)
@@ -132,7 +145,7 @@ def test_planted_ticket_is_skipped(built, shared, kind, owner_in_name,
         shared, "journal")
     used_before(lockdir, journal)
     uid = USER_B if owner_in_name == "planter" else USER_A
-    name = ticket_name(1, uid)
+    name = next_ticket(lockdir, uid)
     plant(os.path.join(lockdir, "queue", name), kind)
     for job in ("first", "second"):  # the second after the counter moved
         r = claim(lockdir, journal, victim, job=job)
@@ -149,7 +162,7 @@ def test_planted_ticket_alive_is_waited_for(built, shared):
     lockdir, journal = os.path.join(shared, "locks"), os.path.join(
         shared, "journal")
     used_before(lockdir, journal)
-    path = os.path.join(lockdir, "queue", ticket_name(1, USER_B))
+    path = os.path.join(lockdir, "queue", next_ticket(lockdir))
     plant(path, "fifo644")
     held = adv.Held(path, 0, kind="wr", user=USER_B)
     assert held.ok

@@ -34,6 +34,9 @@
 /* The pool `gpumutex init` declares, in the lock directory itself:
  * "gpumutex-pool 1\ndevices=<list>\n" (gm_lockdir_declare). */
 #define GM_POOL_FILE "pool"
+/* job/<user>/held.<d>: a link to the record of that user's job that was
+ * last granted device d (lease.c, holder_links). */
+#define GM_HELD_LINK "held."
 
 /* Format into err (if any) and return rc: `return gm__fail(-EINVAL, ...)`. */
 int gm__fail(int rc, char *err, size_t errlen, const char *fmt, ...)
@@ -175,8 +178,28 @@ int gm__ticket_parse(const char *name, uint64_t *seq, unsigned *uid,
 struct gm__ticket {
 	uint64_t seq;                /* its number; 0: none */
 	char name[256];              /* its name in queue/ */
+	char index[20];              /* its index link queue/<seq:016x> */
 	int fd;                      /* holds its write lock; -1: none */
 };
+
+/*
+ * The queue's marks (queue.c): low[d] is a ticket number below which
+ * every ticket whose candidates include device d is known to be over
+ * (granted, given up or dead). They only grow. 0 means "nothing known".
+ */
+struct gm__marks {
+	uint64_t low[GM_MAX_DEVICES];
+};
+
+/* Read the marks consistently (under a read lock on queue/seq, tried a
+ * few times without blocking). 0, or -errno with *m all zero (nothing
+ * known, which is always safe). */
+int gm__marks_read(const struct gm__dir *d, struct gm__marks *m);
+
+/* Raise every low[d] to at least to->low[d] (under the counter lock,
+ * tried briefly without blocking: the marks only save work, so a busy or
+ * damaged counter just leaves them as they are). */
+void gm__marks_raise(const struct gm__dir *d, const struct gm__marks *to);
 
 /*
  * Open ticket `name` of user `uid` (from its name) for probing: the
@@ -206,19 +229,32 @@ int gm__ticket_take(const struct gm__dir *d, const struct gm_config *cfg,
 		    uint64_t mask, int64_t deadline, struct gm__ticket *t,
 		    char *err, size_t errlen);
 
-/* Unlink and close ticket *t (nothing if it has none). */
-void gm__ticket_release(const struct gm__dir *d, struct gm__ticket *t);
+/* Unlink and close ticket *t (nothing if it has none). `granted`: the
+ * candidates of a ticket that reached the head and was granted; every
+ * older ticket that intersects them is over, which the marks record
+ * before the ticket goes (so the successor it wakes finds them). */
+void gm__ticket_release(const struct gm__dir *d, struct gm__ticket *t,
+			uint64_t granted);
+
+/* Remove what is provably over in queue/, whoever made it: tickets
+ * nobody holds and index links whose ticket is gone (root's `gpumutex
+ * init`: in the sticky queue/ nobody else may remove others' files). */
+void gm__queue_sweep(const struct gm__dir *d);
+
+/* Remove ticket `name` (and its index link) of this user. */
+void gm__ticket_unlink(const struct gm__dir *d, const char *name,
+		       uint64_t seq);
 
 /*
  * The youngest live ticket older than *t whose candidates intersect
  * `mask`: a doorbell (read end of its FIFO) to sleep on, or -1 when there
  * is none (we are at the head), or -errno with a message. Dead tickets of
  * ours are removed on the way; files that are not tickets are passed
- * over. *ahead counts the live ones when `count` is set.
+ * over. Its cost does not grow with the queue (ahead.c). *ahead is set to
+ * a bound on the live tickets ahead: exact when it is 0 or 1.
  */
 int gm__ticket_ahead(const struct gm__dir *d, const struct gm__ticket *t,
-		     uint64_t mask, int count, int *ahead, char *err,
-		     size_t errlen);
+		     uint64_t mask, int *ahead, char *err, size_t errlen);
 
 /* Remove this user's dead jobs (job FIFO unlocked, lease without
  * members), except `keep`. Best effort, never blocks. */

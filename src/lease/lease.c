@@ -538,8 +538,8 @@ static int claim(struct acq *a, struct gm_lease *out)
 	if (rc)
 		return rc;
 	for (;;) {
-		int pred = gm__ticket_ahead(&a->d, &a->tk, a->mask, !a->waited,
-					    &ahead, a->err, a->errlen);
+		int pred = gm__ticket_ahead(&a->d, &a->tk, a->mask, &ahead,
+					    a->err, a->errlen);
 		struct pollfd p;
 
 		if (pred < -1)
@@ -614,6 +614,28 @@ static int claim(struct acq *a, struct gm_lease *out)
 			return rc;
 		}
 		return 0;
+	}
+}
+
+/*
+ * After a grant: job/<user>/held.<d> -> "<job>.lease" for each device, so
+ * that a waiter's message finds who holds its GPUs without listing every
+ * job (state.c, gm_state_read_holders). Only a description: it is
+ * believed only where the record's lease holds the device. Written while
+ * we hold the devices, so the holders of one device write in turn.
+ */
+static void holder_links(struct acq *a, const struct gm_lease *l)
+{
+	char target[GM_JOB_MAX + 16], name[32], tmp[40];
+
+	snprintf(target, sizeof target, "%s.lease", a->jobname);
+	for (int i = 0; i < l->ndevices; i++) {
+		snprintf(name, sizeof name, GM_HELD_LINK "%d", l->devices[i]);
+		snprintf(tmp, sizeof tmp, "%s.tmp", name);
+		unlinkat(a->d.user, tmp, 0);
+		if (symlinkat(target, a->d.user, tmp) == 0 &&
+		    renameat(a->d.user, tmp, a->d.user, name) != 0)
+			unlinkat(a->d.user, tmp, 0);
 	}
 }
 
@@ -707,8 +729,12 @@ int gm_lease_acquire(const struct gm_config *cfg,
 		GM_CRASHPOINT("granted");
 out:
 	/* Order matters: the ticket goes first (our successor may start),
-	 * then the job lock (our job's other processes may join). */
-	gm__ticket_release(&a->d, &a->tk);
+	 * then the job lock (our job's other processes may join). A granted
+	 * claim was at the head: it tells the queue's marks so. */
+	gm__ticket_release(&a->d, &a->tk,
+			   rc == 0 && !out->joined ? a->mask : 0);
+	if (rc == 0 && !out->joined)
+		holder_links(a, out);
 	if (a->recfd >= 0) {
 		/* Not used (we gave up, or the grant failed before writing). */
 		char tmp[GM_JOB_MAX + 48];

@@ -119,7 +119,8 @@ struct gm_lease {
 /* What a caller may learn while gm_lease_acquire runs. */
 struct gm_wait_info {
 	uint64_t ticket;     /* our ticket */
-	int ahead;           /* live tickets older than ours that conflict */
+	int ahead;           /* live tickets older than ours that conflict:
+	                      * exact when 1, else an upper bound */
 	int head;            /* 1: nobody conflicting is ahead; waiting for devices */
 	int job_busy;        /* 1: another process of our job is claiming */
 };
@@ -302,6 +303,19 @@ struct gm_state {
  */
 int gm_state_read(const char *lock_dir, struct gm_state *st, char *err,
 		  size_t errlen);
+
+/*
+ * The live leases that hold any of `devices` (st->leases only; no devices,
+ * waiters or pool): what a waiter's one-line message needs, at a cost that
+ * grows with the number of users and devices, never with the number of
+ * jobs or waiters (it follows each user's holder links, job/<user>/
+ * held.<d>, instead of reading every record or ticket). Leases of older
+ * versions, which make no links, are not found. Same returns as
+ * gm_state_read.
+ */
+int gm_state_read_holders(const char *lock_dir, const int *devices,
+			  int ndevices, struct gm_state *st, char *err,
+			  size_t errlen);
 void gm_state_free(struct gm_state *st);
 
 #endif

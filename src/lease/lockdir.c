@@ -541,6 +541,8 @@ int gm_lockdir_secure(const struct gm_config *cfg, char *err, size_t errlen)
 		if (fd >= 0)
 			gm__close(fd);
 	}
+	if (rc == 0)
+		gm__queue_sweep(&d);
 	gm__dir_close(&d);
 	return rc;
 }

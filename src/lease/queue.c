@@ -1,12 +1,18 @@
 /*
  * queue.c - the queue: the ticket counter, tickets, and who is ahead.
  *
- *   queue/seq     the next ticket number, under a short write lock
+ *   queue/seq     the next ticket number (line 1, "<seq:016x>\n"), and
+ *                 the marks (line 2: "L" and 64 x <low:016x>, "\n"), under
+ *                 a short write lock
  *   queue/<name>  a ticket: a FIFO, mode 0644, write-locked by its waiter
  *                 while it waits. Name: <seq:016x>.<uid>.<pid>.<want>.
  *                 <mask:016x>.<job> (fixed-width hex first, so that names
  *                 sort like the numbers; the rest lets `gpumutex status`
  *                 describe a waiter without any other file).
+ *   queue/<seq:016x>
+ *                 the ticket's index: a symbolic link to its name, so that
+ *                 ticket N is found without listing the directory (never
+ *                 followed: it is read with readlink).
  *
  * queue/ is shared by every user, so anyone can put anything in it. What
  * the protocol makes is recognisable: a ticket is a 0644 FIFO owned by
@@ -28,6 +34,123 @@
 
 /* Ticket numbers stay below this, far from where 64 bits would wrap. */
 #define GM_SEQ_MAX (UINT64_C(1) << 48)
+
+/* queue/seq: the counter line, then the marks line. */
+#define COUNTER_LEN 17
+#define MARKS_OFF COUNTER_LEN
+#define MARKS_LEN (2 + 16 * GM_MAX_DEVICES)
+#define SEQ_FILE_LEN (COUNTER_LEN + MARKS_LEN)
+
+static void index_name(char *out, size_t len, uint64_t seq)
+{
+	snprintf(out, len, "%016" PRIx64, seq);
+}
+
+/* The marks line -> m; 0, or -EINVAL (then m is all zero). */
+static int marks_parse(const char *line, struct gm__marks *m)
+{
+	memset(m, 0, sizeof *m);
+	if (line[0] != 'L' || line[MARKS_LEN - 1] != '\n')
+		return -EINVAL;
+	for (int i = 0; i < GM_MAX_DEVICES; i++) {
+		char v[17];
+		const char *end;
+
+		memcpy(v, line + 1 + 16 * i, 16);
+		v[16] = '\0';
+		if (gm_scan_uint(v, 16, GM_SEQ_MAX, &m->low[i], &end) ||
+		    end != v + 16) {
+			memset(m, 0, sizeof *m);
+			return -EINVAL;
+		}
+	}
+	return 0;
+}
+
+static void marks_format(char *line, const struct gm__marks *m)
+{
+	line[0] = 'L';
+	for (int i = 0; i < GM_MAX_DEVICES; i++) {
+		char v[17];
+		snprintf(v, sizeof v, "%016" PRIx64, m->low[i]);
+		memcpy(line + 1 + 16 * i, v, 16);
+	}
+	line[MARKS_LEN - 1] = '\n';
+}
+
+/* Lock queue/seq (`type`: F_RDLCK or F_WRLCK) without blocking, a few
+ * times over about a millisecond: its holders hold it for a few system
+ * calls. The descriptor, or -errno. */
+static int counter_try(const struct gm__dir *d, int type)
+{
+	int fd = gm__track(openat(d->queue, "seq", O_RDWR | O_NOFOLLOW |
+				  O_NONBLOCK | O_CLOEXEC));
+	struct stat st;
+
+	if (fd < 0)
+		return -errno;
+	if (gm__fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
+		gm__close(fd);
+		return -EINVAL;
+	}
+	for (long us = 20; us <= 640; us *= 2) {
+		struct timespec ts = { 0, us * 1000 };
+
+		if (gm__lock(fd, F_OFD_SETLK, type, 0) == 0)
+			return fd;
+		nanosleep(&ts, NULL);
+	}
+	gm__close(fd);
+	return -EAGAIN;
+}
+
+int gm__marks_read(const struct gm__dir *d, struct gm__marks *m)
+{
+	char *line = malloc(MARKS_LEN); /* heap: CUDA threads' small stacks */
+	int fd, rc;
+
+	memset(m, 0, sizeof *m);
+	if (!line)
+		return -ENOMEM;
+	fd = counter_try(d, F_RDLCK);
+	if (fd < 0)
+		rc = fd;
+	else if (pread(fd, line, MARKS_LEN, MARKS_OFF) != MARKS_LEN)
+		rc = -EINVAL;
+	else
+		rc = marks_parse(line, m);
+	if (fd >= 0)
+		gm__close(fd);
+	free(line);
+	return rc;
+}
+
+void gm__marks_raise(const struct gm__dir *d, const struct gm__marks *to)
+{
+	struct { char line[MARKS_LEN]; struct gm__marks m; } *w;
+	int fd, change = 0;
+
+	w = malloc(sizeof *w); /* heap: CUDA threads' small stacks */
+	if (!w)
+		return;
+	fd = counter_try(d, F_WRLCK);
+	if (fd >= 0 &&
+	    pread(fd, w->line, MARKS_LEN, MARKS_OFF) == MARKS_LEN &&
+	    marks_parse(w->line, &w->m) == 0) {
+		for (int i = 0; i < GM_MAX_DEVICES; i++)
+			if (to->low[i] > w->m.low[i] && to->low[i] < GM_SEQ_MAX) {
+				w->m.low[i] = to->low[i];
+				change = 1;
+			}
+		marks_format(w->line, &w->m);
+		/* A failed write changes nothing: the marks only save work. */
+		if (change && pwrite(fd, w->line, MARKS_LEN, MARKS_OFF) < 0)
+			change = 0;
+	}
+	if (fd >= 0)
+		gm__close(fd); /* also releases the lock */
+	free(w);
+}
 
 int gm__ticket_parse(const char *name, uint64_t *seq, unsigned *uid,
 		     int *pid, int *want, uint64_t *mask, char *job,
@@ -193,19 +316,23 @@ static int counter_recover(const struct gm__dir *d, uint64_t *seq, char *err,
 	return 0;
 }
 
-/* Read the counter (we hold its lock). *rewrite is set when the file must
- * be rewritten whole, not only its number updated. */
+/* Read the counter and the marks (we hold the lock). *rewrite is set when
+ * the file must be rewritten whole, not only its number updated: marks
+ * that are missing (a new file, or one an older version rewrote) or
+ * damaged start again from nothing known, which is always safe. */
 static int counter_read(const struct gm__dir *d, int cfd, uint64_t *seq,
-			int *rewrite, char *err, size_t errlen)
+			struct gm__marks *m, char *buf, int *rewrite,
+			char *err, size_t errlen)
 {
-	char buf[40];
-	ssize_t n = pread(cfd, buf, sizeof buf - 1, 0);
+	ssize_t n = pread(cfd, buf, SEQ_FILE_LEN + 1, 0);
 
+	memset(m, 0, sizeof *m);
 	if (n < 0)
 		return gm__fail(-errno, err, errlen, "cannot read queue/seq: %s",
 				strerror(errno));
-	*rewrite = n != 17;
-	if (n >= 17 && buf[16] == '\n') {
+	*rewrite = n != SEQ_FILE_LEN ||
+		   marks_parse(buf + MARKS_OFF, m) != 0;
+	if (n >= COUNTER_LEN && buf[16] == '\n') {
 		buf[16] = '\0';
 		if (gm_parse_uint(buf, 16, GM_SEQ_MAX - 1, seq) == 0 &&
 		    strlen(buf) == 16 && *seq > 0)
@@ -213,6 +340,7 @@ static int counter_read(const struct gm__dir *d, int cfd, uint64_t *seq,
 	}
 	/* Empty (new) or damaged: any user can write to it. */
 	*rewrite = 1;
+	memset(m, 0, sizeof *m);
 	return counter_recover(d, seq, err, errlen);
 }
 
@@ -256,8 +384,16 @@ static int ticket_link(const struct gm__dir *d, const struct gm_config *cfg,
 			 "%016" PRIx64 ".%u.%d.%d.%016" PRIx64 ".%s", *seq,
 			 (unsigned)geteuid(), (int)getpid(), cfg->want, mask,
 			 cfg->job);
-		if (linkat(d->queue, tmp, d->queue, t->name, 0) == 0)
-			return 0;
+		if (linkat(d->queue, tmp, d->queue, t->name, 0) == 0) {
+			/* The index makes ticket N findable without a listing
+			 * (ahead.c). Its number must be free too: a name left
+			 * there (planted, or by a rewound counter) means the
+			 * number is taken. */
+			index_name(t->index, sizeof t->index, *seq);
+			if (symlinkat(t->name, d->queue, t->index) == 0)
+				return 0;
+			unlinkat(d->queue, t->name, 0);
+		}
 		if (errno == EEXIST && ++tries < 1000) {
 			++*seq; /* ours from before: the counter was rewound */
 			continue;
@@ -277,10 +413,16 @@ int gm__ticket_take(const struct gm__dir *d, const struct gm_config *cfg,
 		    uint64_t mask, int64_t deadline, struct gm__ticket *t,
 		    char *err, size_t errlen)
 {
-	char tmp[64], buf[32];
+	char tmp[64], *buf;
 	int cfd, fd, rc, rewrite = 0;
 	uint64_t seq = 1;
+	/* On the heap: CUDA threads' small stacks. */
+	struct gm__marks *m = malloc(sizeof *m + SEQ_FILE_LEN + 1);
 	ssize_t n;
+
+	if (!m)
+		return gm__fail(-ENOMEM, err, errlen, "out of memory");
+	buf = (char *)(m + 1);
 
 	t->fd = -1;
 	t->seq = 0;
@@ -289,18 +431,21 @@ int gm__ticket_take(const struct gm__dir *d, const struct gm_config *cfg,
 	 * whoever finds it under its name can open it, and no crash leaves
 	 * a ticket that others cannot read. */
 	fd = ticket_fifo(d->queue, tmp, sizeof tmp);
-	if (fd < 0)
+	if (fd < 0) {
+		free(m);
 		return gm__fail(fd, err, errlen,
 				"cannot make a ticket in queue/: %s",
 				strerror(-fd));
+	}
 	cfd = gm__counter_lock(d, deadline, err, errlen);
 	if (cfd < 0) {
+		free(m);
 		gm__close(fd);
 		unlinkat(d->queue, tmp, 0);
 		return cfd;
 	}
 	GM_CRASHPOINT("counter-locked");
-	rc = counter_read(d, cfd, &seq, &rewrite, err, errlen);
+	rc = counter_read(d, cfd, &seq, m, buf, &rewrite, err, errlen);
 	if (rc == 0) {
 		rc = ticket_link(d, cfg, mask, &fd, tmp, sizeof tmp, &seq, t);
 		if (rc)
@@ -313,123 +458,100 @@ int gm__ticket_take(const struct gm__dir *d, const struct gm_config *cfg,
 		t->seq = seq;
 		fd = -1;
 		GM_CRASHPOINT("ticket-made");
-		n = snprintf(buf, sizeof buf, "%016" PRIx64 "\n", seq + 1);
+		n = snprintf(buf, SEQ_FILE_LEN + 1, "%016" PRIx64 "\n", seq + 1);
+		if (rewrite) {
+			marks_format(buf + MARKS_OFF, m);
+			n = SEQ_FILE_LEN;
+		}
 		errno = 0;
 		if (pwrite(cfd, buf, (size_t)n, 0) != n ||
 		    (rewrite && ftruncate(cfd, n) < 0)) {
 			/* Without the new value the next taker would get our
 			 * number too: give the ticket back and fail. */
 			rc = errno ? -errno : -EIO;
-			gm__ticket_release(d, t);
+			gm__ticket_release(d, t, 0);
 			gm__fail(rc, err, errlen, "cannot update queue/seq: %s",
 				 strerror(-rc));
 		}
 	}
 	gm__close(cfd); /* also releases the counter lock */
+	free(m);
 	if (fd >= 0)
 		gm__close(fd);
 	unlinkat(d->queue, tmp, 0);
 	return rc;
 }
 
-void gm__ticket_release(const struct gm__dir *d, struct gm__ticket *t)
+void gm__ticket_unlink(const struct gm__dir *d, const char *name,
+		       uint64_t seq)
+{
+	char index[20];
+
+	/* The name first: an index whose ticket is gone reads as gone. */
+	unlinkat(d->queue, name, 0);
+	index_name(index, sizeof index, seq);
+	unlinkat(d->queue, index, 0);
+}
+
+void gm__ticket_release(const struct gm__dir *d, struct gm__ticket *t,
+			uint64_t granted)
 {
 	if (t->fd < 0)
 		return;
+	if (granted) {
+		struct gm__marks *to = calloc(1, sizeof *to);
+
+		for (int i = 0; to && i < GM_MAX_DEVICES; i++)
+			if (granted & (UINT64_C(1) << i))
+				to->low[i] = t->seq + 1;
+		if (to)
+			gm__marks_raise(d, to);
+		free(to);
+	}
 	/* Unlink first: whoever wakes up at our close rescans the queue and
 	 * must not find us there. */
-	unlinkat(d->queue, t->name, 0);
+	gm__ticket_unlink(d, t->name, t->seq);
 	gm__unlock_all(t->fd);
 	gm__close(t->fd);
 	t->fd = -1;
 }
 
-struct entry {
-	uint64_t seq;
-	unsigned uid;
-	char name[256];
-};
-
-static int cmp_entry_desc(const void *x, const void *y)
+void gm__queue_sweep(const struct gm__dir *d)
 {
-	const struct entry *a = x, *b = y;
-	return a->seq < b->seq ? 1 : a->seq > b->seq ? -1 : 0;
-}
-
-int gm__ticket_ahead(const struct gm__dir *d, const struct gm__ticket *t,
-		     uint64_t mask, int count, int *ahead, char *err,
-		     size_t errlen)
-{
-	DIR *dir;
+	DIR *dir = gm__listdir(d->queue);
 	struct dirent *de;
-	struct entry *v = NULL;
-	size_t n = 0, cap = 0;
-	int found = -1;
-	unsigned me = (unsigned)geteuid();
 
-	*ahead = 0;
-	dir = gm__listdir(d->queue);
 	if (!dir)
-		return gm__fail(-errno, err, errlen, "cannot read queue/: %s",
-				strerror(errno));
+		return;
 	while ((de = readdir(dir)) != NULL) {
-		struct entry e;
-		uint64_t emask;
-		int pid, want;
+		const char *nm = de->d_name;
+		uint64_t seq, mask;
+		unsigned uid;
+		int pid, want, fd;
 
-		if (gm__ticket_parse(de->d_name, &e.seq, &e.uid, &pid, &want,
-				     &emask, NULL, 0) < 0)
-			continue;
-		if (e.seq >= t->seq || !(emask & mask))
-			continue;
-		if (n == cap) {
-			size_t nc = cap ? cap * 2 : 64;
-			struct entry *nv = realloc(v, nc * sizeof *v);
-			if (!nv) {
-				free(v);
-				closedir(dir);
-				return gm__fail(-ENOMEM, err, errlen,
-						"out of memory reading queue/");
-			}
-			v = nv;
-			cap = nc;
+		if (gm__ticket_parse(nm, &seq, &uid, &pid, &want, &mask, NULL,
+				     0) == 0) {
+			/* A ticket nobody holds is over for good. */
+			fd = gm__ticket_open(d->queue, nm, uid, NULL, 0);
+			if (fd >= 0 && gm__probe(fd, F_WRLCK, 0) == F_UNLCK)
+				gm__ticket_unlink(d, nm, seq);
+			if (fd >= 0)
+				close(fd);
+		} else if (strlen(nm) == 16 &&
+			   gm_parse_uint(nm, 16, GM_SEQ_MAX, &seq) == 0) {
+			/* An index whose ticket is gone. */
+			char name[256];
+			struct stat st;
+			ssize_t n = readlinkat(d->queue, nm, name,
+					       sizeof name - 1);
+			if (n < 0)
+				continue;
+			name[n] = '\0';
+			if (gm__fstatat(d->queue, name, &st,
+					AT_SYMLINK_NOFOLLOW) < 0 &&
+			    errno == ENOENT)
+				unlinkat(d->queue, nm, 0);
 		}
-		snprintf(e.name, sizeof e.name, "%s", de->d_name);
-		v[n++] = e;
 	}
 	closedir(dir);
-	if (n > 1)
-		qsort(v, n, sizeof *v, cmp_entry_desc);
-	for (size_t i = 0; i < n; i++) {
-		int fd = gm__ticket_open(d->queue, v[i].name, v[i].uid, err,
-					 errlen);
-		if (fd == -ENOENT || fd == GM__FOREIGN)
-			continue; /* gone (granted, gave up, cleaned), or not a
-				   * ticket: someone else's file under such a name */
-		if (fd < 0) {
-			/* Not knowing whether it is alive, we must not pass it. */
-			free(v);
-			if (found >= 0)
-				gm__close(found);
-			return fd;
-		}
-		gm__track(fd);
-		if (gm__probe(fd, F_WRLCK, 0) == F_UNLCK) {
-			/* Dead: its waiter died without cleaning up. Tickets are
-			 * never reused, so a dead one stays dead; remove ours. */
-			gm__close(fd);
-			if (v[i].uid == me)
-				unlinkat(d->queue, v[i].name, 0);
-			continue;
-		}
-		if (found < 0)
-			found = fd;
-		else
-			gm__close(fd);
-		++*ahead;
-		if (!count)
-			break;
-	}
-	free(v);
-	return found;
 }

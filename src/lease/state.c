@@ -128,20 +128,51 @@ static int parse_lease(const char *text, struct gm_state_lease *l)
 }
 
 /* The live leases among the records in `dirfd` owned by `owner`. */
-static int read_records(const struct gm__dir *d, int dirfd, uid_t owner,
-			struct gm_state *st, int *cap)
+/*
+ * The next record name of user directory `dirfd`: from its listing, or,
+ * with `held` (devices), only those its holder links name (held.<d>), so
+ * that the cost does not depend on how many jobs the user has.
+ */
+static const char *next_record(DIR *dir, int dirfd, uint64_t *held,
+			       char *buf, size_t len)
 {
-	DIR *dir = gm__listdir(dirfd);
 	struct dirent *de;
 
-	if (!dir)
+	if (held) {
+		while (*held) {
+			int dev = __builtin_ctzll(*held);
+			char link[32];
+			ssize_t n;
+
+			*held &= *held - 1;
+			snprintf(link, sizeof link, GM_HELD_LINK "%d", dev);
+			n = readlinkat(dirfd, link, buf, len - 1);
+			if (n > 0 && !memchr(buf, '/', (size_t)n)) {
+				buf[n] = '\0';
+				return buf;
+			}
+		}
+		return NULL;
+	}
+	de = dir ? readdir(dir) : NULL;
+	return de ? de->d_name : NULL;
+}
+
+static int read_records(const struct gm__dir *d, int dirfd, uid_t owner,
+			uint64_t held, struct gm_state *st, int *cap)
+{
+	DIR *dir = held ? NULL : gm__listdir(dirfd);
+	char link[GM_JOB_MAX + 16];
+	const char *nm;
+
+	if (!held && !dir)
 		return 0;
-	while ((de = readdir(dir)) != NULL) {
-		const char *nm = de->d_name;
+	while ((nm = next_record(dir, dirfd, held ? &held : NULL, link,
+				 sizeof link)) != NULL) {
 		size_t len = strlen(nm);
 		char *buf;
 		struct gm_state_lease l;
-		int bad;
+		int bad, dup = 0;
 		uid_t by;
 
 		if (len <= 6 || strcmp(nm + len - 6, ".lease") != 0)
@@ -154,7 +185,9 @@ static int read_records(const struct gm__dir *d, int dirfd, uid_t owner,
 		}
 		bad = parse_lease(buf, &l);
 		free(buf);
-		if (bad ||
+		for (int i = 0; !bad && i < st->nleases; i++)
+			dup |= st->leases[i].lease_id == l.lease_id;
+		if (bad || dup ||
 		    gm__lease_alive(d, l.lease_id, l.devices, l.ndevices) != 1)
 			continue;
 		if (st->nleases == *cap) {
@@ -169,7 +202,8 @@ static int read_records(const struct gm__dir *d, int dirfd, uid_t owner,
 		}
 		st->leases[st->nleases++] = l;
 	}
-	closedir(dir);
+	if (dir)
+		closedir(dir);
 	return 0;
 }
 
@@ -177,11 +211,16 @@ static int read_records(const struct gm__dir *d, int dirfd, uid_t owner,
  * (records.c); one whose owner is not the user its name says was made by
  * someone else and is not read. Records directly in job/ are those of an
  * older version, still read while its jobs run. */
-static int read_leases(const struct gm__dir *d, struct gm_state *st)
+/* The live leases: every record, or with `held` (devices) those that the
+ * users' holder links name for these devices (older versions' flat
+ * records, which have no links, are then not looked at). */
+static int read_leases(const struct gm__dir *d, uint64_t held,
+		       struct gm_state *st)
 {
 	DIR *dir = gm__listdir(d->job);
 	struct dirent *de;
-	int cap = 0, rc = read_records(d, d->job, (uid_t)-1, st, &cap);
+	int cap = 0;
+	int rc = held ? 0 : read_records(d, d->job, (uid_t)-1, 0, st, &cap);
 
 	if (!dir)
 		return rc;
@@ -200,7 +239,7 @@ static int read_leases(const struct gm__dir *d, struct gm_state *st)
 			continue;
 		if (gm__fstat(fd, &sb) == 0 && sb.st_uid == (uid_t)uid &&
 		    !(sb.st_mode & (S_IWGRP | S_IWOTH)))
-			rc = read_records(d, fd, (uid_t)uid, st, &cap);
+			rc = read_records(d, fd, (uid_t)uid, held, st, &cap);
 		close(fd);
 	}
 	closedir(dir);
@@ -325,8 +364,9 @@ static void split_managed(struct gm_state *st)
 	st->ndevices = n;
 }
 
-int gm_state_read(const char *lock_dir, struct gm_state *st, char *err,
-		  size_t errlen)
+/* all: everything; else only the leases holding devices `held`. */
+static int state_read(const char *lock_dir, struct gm_state *st, int all,
+		      uint64_t held, char *err, size_t errlen)
 {
 	struct gm__dir d = { -1, -1, -1, -1, -1, "" };
 	int rc;
@@ -350,17 +390,21 @@ int gm_state_read(const char *lock_dir, struct gm_state *st, char *err,
 	d.dev = open_sub(d.root, "dev");
 	d.queue = open_sub(d.root, "queue");
 	d.job = open_sub(d.root, "job");
-	read_pool(&d, st);
-	if (d.dev >= 0)
+	if (all)
+		read_pool(&d, st);
+	if (all && d.dev >= 0)
 		read_devices(&d, st);
-	rc = d.job >= 0 && d.dev >= 0 ? read_leases(&d, st) : 0;
-	if (!rc && d.queue >= 0)
+	rc = d.job >= 0 && d.dev >= 0 ? read_leases(&d, all ? 0 : held, st) :
+		0;
+	if (!rc && all && d.queue >= 0)
 		rc = read_waiters(&d, st);
 	gm__dir_close(&d);
 	if (rc) {
 		gm_state_free(st);
 		return gm__fail(rc, err, errlen, "out of memory");
 	}
+	if (!all)
+		return 0;
 	split_managed(st);
 	/* Map each held device to the live lease that names it. */
 	for (int i = 0; i < st->ndevices; i++)
@@ -370,6 +414,28 @@ int gm_state_read(const char *lock_dir, struct gm_state *st, char *err,
 				    st->devices[i].state == GM_DEV_HELD)
 					st->devices[i].lease = j;
 	return 0;
+}
+
+int gm_state_read(const char *lock_dir, struct gm_state *st, char *err,
+		  size_t errlen)
+{
+	return state_read(lock_dir, st, 1, 0, err, errlen);
+}
+
+int gm_state_read_holders(const char *lock_dir, const int *devices,
+			  int ndevices, struct gm_state *st, char *err,
+			  size_t errlen)
+{
+	uint64_t held = 0;
+
+	for (int i = 0; i < ndevices; i++)
+		if (devices[i] >= 0 && devices[i] < GM_MAX_DEVICES)
+			held |= UINT64_C(1) << devices[i];
+	if (!held) {
+		memset(st, 0, sizeof *st);
+		return 0;
+	}
+	return state_read(lock_dir, st, 0, held, err, errlen);
 }
 
 void gm_state_free(struct gm_state *st)

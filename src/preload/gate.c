@@ -202,9 +202,14 @@ static void on_wait(void *arg, const struct gm_wait_info *w)
 		       "another process of this job is taking the lease)");
 	else if (w->head)
 		append(line, len, &off, "next in line)");
+	else if (w->ahead <= 1)
+		append(line, len, &off, "place 2 in line)");
 	else
-		append(line, len, &off, "place %d in line)", w->ahead + 1);
-	if (gm_state_read(cfg->lock_dir, st, wb.err, sizeof wb.err) == 0) {
+		/* A bound: counting exactly would cost a look at every ticket,
+		 * and this line must cost the same however long the queue. */
+		append(line, len, &off, "up to %d ahead)", w->ahead);
+	if (gm_state_read_holders(cfg->lock_dir, cfg->devices, cfg->ndevices,
+				  st, wb.err, sizeof wb.err) == 0) {
 		for (int i = 0; i < st->nleases && off < len - 200; i++) {
 			const struct gm_state_lease *l = &st->leases[i];
 			int hit = 0;
