@@ -16,10 +16,11 @@
  * reads one index and probes one ticket; a woken one reads one index or
  * none.
  *
- * Only when the walk would be long (marks unknown, as after an older
- * version or a damaged counter rewrote them, or a device nobody queued
- * for in a long time) is the directory listed, once, and the marks are
- * raised from what it shows, so the next claimant walks little.
+ * Only when the walk is long without meeting a live ticket (marks
+ * unknown, as after an older version or a damaged counter rewrote them,
+ * or a device nobody queued for in a long time) is the directory listed,
+ * once, and the marks are raised from what it shows, so the next
+ * claimant walks little.
  *
  * Soundness of skipping: a ticket below low[d] that includes device d is
  * over, since tickets are never reused and an over ticket stays over;
@@ -36,7 +37,8 @@
 
 #include "internal.h"
 
-/* Past this many numbers to walk, one listing is cheaper. */
+/* Past this many numbers walked without a live ticket, a listing is
+ * cheaper. */
 #define WALK_MAX 512
 
 /* The lowest mark among our candidates: below it nothing matters. A mark
@@ -100,12 +102,16 @@ static int probe(const struct gm__dir *d, const char *name, unsigned uid,
 	return 1;
 }
 
-/* Walk down from t->seq - 1 to `floor` by the index links. */
+/* Walk down from t->seq - 1 to `floor` by the index links: our doorbell,
+ * -1 (at the head), -errno, or GM__LONG after WALK_MAX numbers without a
+ * live ticket (then a listing is cheaper). */
+#define GM__LONG (-EXFULL)
 static int walk(const struct gm__dir *d, const struct gm__ticket *t,
 		uint64_t mask, const struct gm__marks *m, uint64_t floor,
 		int *ahead, char *err, size_t errlen)
 {
 	char index[20], name[256];
+	int steps = 0;
 
 	for (uint64_t s = t->seq; s-- > floor && s > 0;) {
 		uint64_t seq, tmask;
@@ -113,6 +119,8 @@ static int walk(const struct gm__dir *d, const struct gm__ticket *t,
 		int pid, want, fd, rc;
 		ssize_t n;
 
+		if (++steps > WALK_MAX)
+			return GM__LONG;
 		snprintf(index, sizeof index, "%016" PRIx64, s);
 		n = readlinkat(d->queue, index, name, sizeof name - 1);
 		if (n < 0) {
@@ -251,10 +259,9 @@ int gm__ticket_ahead(const struct gm__dir *d, const struct gm__ticket *t,
 		return gm__fail(-ENOMEM, err, errlen, "out of memory");
 	gm__marks_read(d, m); /* on failure all zero: nothing known */
 	floor = floor_of(m, mask, t->seq);
-	if (t->seq - floor > WALK_MAX)
+	rc = walk(d, t, mask, m, floor, ahead, err, errlen);
+	if (rc == GM__LONG)
 		rc = scan(d, t, mask, m, ahead, err, errlen);
-	else
-		rc = walk(d, t, mask, m, floor, ahead, err, errlen);
 	free(m);
 	return rc;
 }
