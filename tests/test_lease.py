@@ -28,8 +28,8 @@ def finish(js):
 
 def live_files(lockdir, sub):
     """The files in a subdirectory; for "job", in our job directory, less
-    the holder links (held.<d>: one per device, replaced at each grant,
-    so they do not accumulate; tested in test_holder_links_are_one_per_device)."""
+    the holder files (held.<d>: one per device, rewritten at each grant,
+    so they do not accumulate; test_holder_files_are_one_per_device)."""
     p = jobs.job_dir(lockdir) if sub == "job" else os.path.join(lockdir, sub)
     names = sorted(os.listdir(p)) if os.path.isdir(p) else []
     if sub == "job":
@@ -37,9 +37,9 @@ def live_files(lockdir, sub):
     return names
 
 
-def test_holder_links_are_one_per_device(built, lockdir, journal):
-    """Each grant points job/<user>/held.<d> at its job's record, for each
-    device it got: one link per device, whatever the number of jobs."""
+def test_holder_files_are_one_per_device(built, lockdir, journal):
+    """Each grant names its job's record in job/<user>/held.<d>, for each
+    device it got: one file per device, whatever the number of jobs."""
     for i in range(3):
         env = jobs.job_env(lockdir, journal, devices="0,1", want=2,
                            job=f"j{i}")
@@ -48,7 +48,10 @@ def test_holder_links_are_one_per_device(built, lockdir, journal):
         d = jobs.job_dir(lockdir)
         links = sorted(n for n in os.listdir(d) if n.startswith("held."))
         assert links == ["held.0", "held.1"]
-        targets = {os.readlink(os.path.join(d, n)) for n in links}
+        targets = set()
+        for n in links:
+            with open(os.path.join(d, n)) as f:
+                targets.add(f.readline().strip())
         assert targets == {f"j{i}.lease"}, targets
         h.release()
         assert h.wait() == 0

@@ -242,7 +242,7 @@ static int scan(const struct gm__dir *d, const struct gm__ticket *t,
 		return rc;
 	}
 	if (to)
-		gm__marks_raise(d, to);
+		gm__marks_raise(t->cfd, to);
 	free(to);
 	return found;
 }
@@ -257,7 +257,7 @@ int gm__ticket_ahead(const struct gm__dir *d, const struct gm__ticket *t,
 	*ahead = 0;
 	if (!m)
 		return gm__fail(-ENOMEM, err, errlen, "out of memory");
-	gm__marks_read(d, m); /* on failure all zero: nothing known */
+	gm__marks_read(t->cfd, m); /* on failure all zero: nothing known */
 	floor = floor_of(m, mask, t->seq);
 	rc = walk(d, t, mask, m, floor, ahead, err, errlen);
 	if (rc == GM__LONG)

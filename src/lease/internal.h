@@ -34,9 +34,9 @@
 /* The pool `gpumutex init` declares, in the lock directory itself:
  * "gpumutex-pool 1\ndevices=<list>\n" (gm_lockdir_declare). */
 #define GM_POOL_FILE "pool"
-/* job/<user>/held.<d>: a link to the record of that user's job that was
+/* job/<user>/held.<d>: names the record of that user's job that was
  * last granted device d (lease.c, holder_links). */
-#define GM_HELD_LINK "held."
+#define GM_HELD_FILE "held."
 
 /* Format into err (if any) and return rc: `return gm__fail(-EINVAL, ...)`. */
 int gm__fail(int rc, char *err, size_t errlen, const char *fmt, ...)
@@ -180,6 +180,8 @@ struct gm__ticket {
 	char name[256];              /* its name in queue/ */
 	char index[20];              /* its index link queue/<seq:016x> */
 	int fd;                      /* holds its write lock; -1: none */
+	int cfd;                     /* queue/seq, unlocked, for the marks */
+	int marks_ok;                /* queue/seq had its marks line */
 };
 
 /*
@@ -191,15 +193,14 @@ struct gm__marks {
 	uint64_t low[GM_MAX_DEVICES];
 };
 
-/* Read the marks consistently (under a read lock on queue/seq, tried a
- * few times without blocking). 0, or -errno with *m all zero (nothing
- * known, which is always safe). */
-int gm__marks_read(const struct gm__dir *d, struct gm__marks *m);
+/* Read the marks through `cfd` (queue/seq, kept by the ticket): 0, or
+ * -errno with *m all zero (nothing known, which is always safe). */
+int gm__marks_read(int cfd, struct gm__marks *m);
 
 /* Raise every low[d] to at least to->low[d] (under the counter lock,
- * tried briefly without blocking: the marks only save work, so a busy or
- * damaged counter just leaves them as they are). */
-void gm__marks_raise(const struct gm__dir *d, const struct gm__marks *to);
+ * tried a few times without blocking or sleeping: the marks only save
+ * work, so a busy or damaged counter just leaves them as they are). */
+void gm__marks_raise(int cfd, const struct gm__marks *to);
 
 /*
  * Open ticket `name` of user `uid` (from its name) for probing: the

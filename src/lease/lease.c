@@ -618,24 +618,36 @@ static int claim(struct acq *a, struct gm_lease *out)
 }
 
 /*
- * After a grant: job/<user>/held.<d> -> "<job>.lease" for each device, so
- * that a waiter's message finds who holds its GPUs without listing every
- * job (state.c, gm_state_read_holders). Only a description: it is
- * believed only where the record's lease holds the device. Written while
- * we hold the devices, so the holders of one device write in turn.
+ * After a grant: job/<user>/held.<d> holds "<job>.lease\n" for each device,
+ * so that a waiter's message finds who holds its GPUs without listing
+ * every job (state.c, gm_state_read_holders). Only a description: it is
+ * believed only where the record's lease holds the device. A regular file
+ * rewritten in place rather than a link renamed into place: this is the
+ * hand-off path, and changing a directory costs far more than a write.
+ * Written while we hold the devices, so the holders of one device write
+ * one after the other; a reader that meets a half-written name finds no
+ * such record and says less.
  */
-static void holder_links(struct acq *a, const struct gm_lease *l)
+static void holder_files(struct acq *a, const struct gm_lease *l)
 {
-	char target[GM_JOB_MAX + 16], name[32], tmp[40];
+	char text[GM_JOB_MAX + 16], name[32];
+	/* A shorter name over a longer one leaves a tail after the newline,
+	 * which readers ignore: no truncation needed. */
+	int len = snprintf(text, sizeof text, "%s.lease\n", a->jobname);
 
-	snprintf(target, sizeof target, "%s.lease", a->jobname);
 	for (int i = 0; i < l->ndevices; i++) {
-		snprintf(name, sizeof name, GM_HELD_LINK "%d", l->devices[i]);
-		snprintf(tmp, sizeof tmp, "%s.tmp", name);
-		unlinkat(a->d.user, tmp, 0);
-		if (symlinkat(target, a->d.user, tmp) == 0 &&
-		    renameat(a->d.user, tmp, a->d.user, name) != 0)
-			unlinkat(a->d.user, tmp, 0);
+		int fd;
+
+		snprintf(name, sizeof name, GM_HELD_FILE "%d", l->devices[i]);
+		fd = openat(a->d.user, name, O_WRONLY | O_CREAT | O_NOFOLLOW |
+			    O_NONBLOCK | O_CLOEXEC, 0644);
+		if (fd < 0)
+			continue;
+		/* Say nothing rather than half (a failed truncate leaves a
+		 * name that no record matches, which says nothing either). */
+		if (pwrite(fd, text, (size_t)len, 0) != len)
+			(void)!ftruncate(fd, 0);
+		close(fd);
 	}
 }
 
@@ -674,7 +686,7 @@ int gm_lease_acquire(const struct gm_config *cfg,
 	a->cfg = cfg;
 	a->hooks = hooks;
 	a->mask = mask;
-	a->jobfd = a->tk.fd = a->recfd = -1;
+	a->jobfd = a->tk.fd = a->tk.cfd = a->recfd = -1;
 	a->err = err;
 	a->errlen = errlen;
 	a->deadline = cfg->timeout_s < 0 ? -1 :
@@ -734,7 +746,7 @@ out:
 	gm__ticket_release(&a->d, &a->tk,
 			   rc == 0 && !out->joined ? a->mask : 0);
 	if (rc == 0 && !out->joined)
-		holder_links(a, out);
+		holder_files(a, out);
 	if (a->recfd >= 0) {
 		/* Not used (we gave up, or the grant failed before writing). */
 		char tmp[GM_JOB_MAX + 48];

@@ -308,9 +308,9 @@ int gm_state_read(const char *lock_dir, struct gm_state *st, char *err,
  * The live leases that hold any of `devices` (st->leases only; no devices,
  * waiters or pool): what a waiter's one-line message needs, at a cost that
  * grows with the number of users and devices, never with the number of
- * jobs or waiters (it follows each user's holder links, job/<user>/
- * held.<d>, instead of reading every record or ticket). Leases of older
- * versions, which make no links, are not found. Same returns as
+ * jobs or waiters (it reads each user's holder files, job/<user>/
+ * held.<d>, instead of every record or ticket). Leases of older
+ * versions, which write no holder files, are not found. Same returns as
  * gm_state_read.
  */
 int gm_state_read_holders(const char *lock_dir, const int *devices,

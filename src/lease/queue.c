@@ -27,6 +27,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sched.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -78,64 +79,47 @@ static void marks_format(char *line, const struct gm__marks *m)
 	line[MARKS_LEN - 1] = '\n';
 }
 
-/* Lock queue/seq (`type`: F_RDLCK or F_WRLCK) without blocking, a few
- * times over about a millisecond: its holders hold it for a few system
- * calls. The descriptor, or -errno. */
-static int counter_try(const struct gm__dir *d, int type)
+/*
+ * The marks are read without a lock: the successor a grant wakes reads
+ * them on the hand-off path, where waiting for a ticket taker's lock (or
+ * sleeping to retry) would cost more than the marks save. The writer
+ * replaces the whole line with one pwrite under the counter lock; a read
+ * that two consecutive preads agree on is taken, any other is "nothing
+ * known", which is always safe.
+ */
+int gm__marks_read(int cfd, struct gm__marks *m)
 {
-	int fd = gm__track(openat(d->queue, "seq", O_RDWR | O_NOFOLLOW |
-				  O_NONBLOCK | O_CLOEXEC));
-	struct stat st;
-
-	if (fd < 0)
-		return -errno;
-	if (gm__fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
-		gm__close(fd);
-		return -EINVAL;
-	}
-	for (long us = 20; us <= 640; us *= 2) {
-		struct timespec ts = { 0, us * 1000 };
-
-		if (gm__lock(fd, F_OFD_SETLK, type, 0) == 0)
-			return fd;
-		nanosleep(&ts, NULL);
-	}
-	gm__close(fd);
-	return -EAGAIN;
-}
-
-int gm__marks_read(const struct gm__dir *d, struct gm__marks *m)
-{
-	char *line = malloc(MARKS_LEN); /* heap: CUDA threads' small stacks */
-	int fd, rc;
+	char *line = malloc(2 * MARKS_LEN); /* heap: CUDA threads' stacks */
+	int rc = -EINVAL;
 
 	memset(m, 0, sizeof *m);
 	if (!line)
 		return -ENOMEM;
-	fd = counter_try(d, F_RDLCK);
-	if (fd < 0)
-		rc = fd;
-	else if (pread(fd, line, MARKS_LEN, MARKS_OFF) != MARKS_LEN)
-		rc = -EINVAL;
-	else
+	if (cfd >= 0 &&
+	    pread(cfd, line, MARKS_LEN, MARKS_OFF) == MARKS_LEN &&
+	    pread(cfd, line + MARKS_LEN, MARKS_LEN, MARKS_OFF) == MARKS_LEN &&
+	    memcmp(line, line + MARKS_LEN, MARKS_LEN) == 0)
 		rc = marks_parse(line, m);
-	if (fd >= 0)
-		gm__close(fd);
 	free(line);
 	return rc;
 }
 
-void gm__marks_raise(const struct gm__dir *d, const struct gm__marks *to)
+void gm__marks_raise(int cfd, const struct gm__marks *to)
 {
 	struct { char line[MARKS_LEN]; struct gm__marks m; } *w;
-	int fd, change = 0;
+	int locked = 0, change = 0;
 
-	w = malloc(sizeof *w); /* heap: CUDA threads' small stacks */
-	if (!w)
+	if (cfd < 0)
 		return;
-	fd = counter_try(d, F_WRLCK);
-	if (fd >= 0 &&
-	    pread(fd, w->line, MARKS_LEN, MARKS_OFF) == MARKS_LEN &&
+	/* Ticket takers hold the lock for a few system calls: a few tries,
+	 * yielding in between, never a sleep and never a blocking wait. */
+	for (int i = 0; i < 4 && !locked; i++) {
+		locked = gm__lock(cfd, F_OFD_SETLK, F_WRLCK, 0) == 0;
+		if (!locked)
+			sched_yield();
+	}
+	w = locked ? malloc(sizeof *w) : NULL; /* heap: small stacks */
+	if (w && pread(cfd, w->line, MARKS_LEN, MARKS_OFF) == MARKS_LEN &&
 	    marks_parse(w->line, &w->m) == 0) {
 		for (int i = 0; i < GM_MAX_DEVICES; i++)
 			if (to->low[i] > w->m.low[i] && to->low[i] < GM_SEQ_MAX) {
@@ -144,12 +128,43 @@ void gm__marks_raise(const struct gm__dir *d, const struct gm__marks *to)
 			}
 		marks_format(w->line, &w->m);
 		/* A failed write changes nothing: the marks only save work. */
-		if (change && pwrite(fd, w->line, MARKS_LEN, MARKS_OFF) < 0)
+		if (change && pwrite(cfd, w->line, MARKS_LEN, MARKS_OFF) < 0)
 			change = 0;
 	}
-	if (fd >= 0)
-		gm__close(fd); /* also releases the lock */
 	free(w);
+	if (locked)
+		gm__lock(cfd, F_OFD_SETLK, F_UNLCK, 0);
+}
+
+/*
+ * After a grant at the head: low[d] = seq + 1 for each candidate d, by
+ * writing just those slots, without the lock (this is the hand-off path).
+ * That is safe because the writers of slot d are exactly the granted
+ * heads whose candidates include d, and those are granted one after the
+ * other in ticket order (first come, first served among intersecting
+ * tickets), each writing before it lets go of its ticket: nobody writes a
+ * larger value first. (The listing's raise, gm__marks_raise, writes an
+ * older live ticket's number, never more than ours.) Readers take only
+ * what two reads agree on.
+ */
+static void marks_passed(int cfd, uint64_t mask, uint64_t seq)
+{
+	char run[16 * 8 + 1], v[17];
+
+	snprintf(v, sizeof v, "%016" PRIx64, seq + 1);
+	for (int i = 0; i < GM_MAX_DEVICES;) {
+		int n = 0;
+
+		while (i + n < GM_MAX_DEVICES && n < 8 &&
+		       (mask & (UINT64_C(1) << (i + n)))) {
+			memcpy(run + 16 * n, v, 16);
+			n++;
+		}
+		if (n && pwrite(cfd, run, (size_t)(16 * n),
+				MARKS_OFF + 1 + 16 * i) < 0)
+			return; /* the marks only save work */
+		i += n ? n : 1;
+	}
 }
 
 int gm__ticket_parse(const char *name, uint64_t *seq, unsigned *uid,
@@ -424,8 +439,9 @@ int gm__ticket_take(const struct gm__dir *d, const struct gm_config *cfg,
 		return gm__fail(-ENOMEM, err, errlen, "out of memory");
 	buf = (char *)(m + 1);
 
-	t->fd = -1;
+	t->fd = t->cfd = -1;
 	t->seq = 0;
+	t->marks_ok = 0;
 	/* The ticket is made whole (mode, lock) before it has a name, and
 	 * before the counter lock, which is then held only to number it:
 	 * whoever finds it under its name can open it, and no crash leaves
@@ -474,7 +490,15 @@ int gm__ticket_take(const struct gm__dir *d, const struct gm_config *cfg,
 				 strerror(-rc));
 		}
 	}
-	gm__close(cfd); /* also releases the counter lock */
+	if (rc == 0) {
+		/* Kept (unlocked) while we wait: the marks are read and raised
+		 * through it, without opening the file each time. */
+		gm__lock(cfd, F_OFD_SETLK, F_UNLCK, 0);
+		t->cfd = cfd;
+		t->marks_ok = 1; /* the file has its marks line now */
+	} else {
+		gm__close(cfd); /* also releases the counter lock */
+	}
 	free(m);
 	if (fd >= 0)
 		gm__close(fd);
@@ -496,24 +520,23 @@ void gm__ticket_unlink(const struct gm__dir *d, const char *name,
 void gm__ticket_release(const struct gm__dir *d, struct gm__ticket *t,
 			uint64_t granted)
 {
-	if (t->fd < 0)
+	if (t->fd < 0) {
+		if (t->cfd >= 0)
+			gm__close(t->cfd);
+		t->cfd = -1;
 		return;
-	if (granted) {
-		struct gm__marks *to = calloc(1, sizeof *to);
-
-		for (int i = 0; to && i < GM_MAX_DEVICES; i++)
-			if (granted & (UINT64_C(1) << i))
-				to->low[i] = t->seq + 1;
-		if (to)
-			gm__marks_raise(d, to);
-		free(to);
 	}
+	if (granted && t->cfd >= 0 && t->marks_ok)
+		marks_passed(t->cfd, granted, t->seq);
 	/* Unlink first: whoever wakes up at our close rescans the queue and
 	 * must not find us there. */
 	gm__ticket_unlink(d, t->name, t->seq);
 	gm__unlock_all(t->fd);
 	gm__close(t->fd);
 	t->fd = -1;
+	if (t->cfd >= 0)
+		gm__close(t->cfd);
+	t->cfd = -1;
 }
 
 void gm__queue_sweep(const struct gm__dir *d)

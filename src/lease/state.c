@@ -130,9 +130,31 @@ static int parse_lease(const char *text, struct gm_state_lease *l)
 /* The live leases among the records in `dirfd` owned by `owner`. */
 /*
  * The next record name of user directory `dirfd`: from its listing, or,
- * with `held` (devices), only those its holder links name (held.<d>), so
+ * with `held` (devices), only those its holder files name (held.<d>), so
  * that the cost does not depend on how many jobs the user has.
  */
+/* The first line of regular file `name` (a holder file, lease.c): its
+ * length, NUL-terminated in buf, or -1. Never blocks, never follows. */
+static ssize_t read_small(int dirfd, const char *name, char *buf, size_t len)
+{
+	struct stat st;
+	ssize_t n = -1;
+	int fd = openat(dirfd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK |
+			O_CLOEXEC);
+
+	if (fd < 0)
+		return -1;
+	if (gm__fstat(fd, &st) == 0 && S_ISREG(st.st_mode))
+		n = read(fd, buf, len - 1);
+	close(fd);
+	if (n <= 0)
+		return -1;
+	buf[n] = '\0';
+	n = (ssize_t)strcspn(buf, "\n");
+	buf[n] = '\0';
+	return n;
+}
+
 static const char *next_record(DIR *dir, int dirfd, uint64_t *held,
 			       char *buf, size_t len)
 {
@@ -145,12 +167,10 @@ static const char *next_record(DIR *dir, int dirfd, uint64_t *held,
 			ssize_t n;
 
 			*held &= *held - 1;
-			snprintf(link, sizeof link, GM_HELD_LINK "%d", dev);
-			n = readlinkat(dirfd, link, buf, len - 1);
-			if (n > 0 && !memchr(buf, '/', (size_t)n)) {
-				buf[n] = '\0';
+			snprintf(link, sizeof link, GM_HELD_FILE "%d", dev);
+			n = read_small(dirfd, link, buf, len);
+			if (n > 0 && !memchr(buf, '/', (size_t)n))
 				return buf;
-			}
 		}
 		return NULL;
 	}
@@ -212,7 +232,7 @@ static int read_records(const struct gm__dir *d, int dirfd, uid_t owner,
  * someone else and is not read. Records directly in job/ are those of an
  * older version, still read while its jobs run. */
 /* The live leases: every record, or with `held` (devices) those that the
- * users' holder links name for these devices (older versions' flat
+ * users' holder files name for these devices (older versions' flat
  * records, which have no links, are then not looked at). */
 static int read_leases(const struct gm__dir *d, uint64_t held,
 		       struct gm_state *st)
