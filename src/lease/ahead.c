@@ -84,6 +84,13 @@ static int probe(const struct gm__dir *d, const char *name, unsigned uid,
 	int f = gm__ticket_open(d->queue, name, uid, err, errlen);
 
 	*fd = -1;
+	if (f == -ENOENT && uid == (unsigned)geteuid()) {
+		/* Gone, but its index is left (a claim of ours was killed
+		 * between the two unlinks): remove the index too. */
+		char index[20];
+		snprintf(index, sizeof index, "%016" PRIx64, seq);
+		unlinkat(d->queue, index, 0);
+	}
 	if (f == -ENOENT || f == GM__FOREIGN)
 		return 0; /* gone (granted, gave up, cleaned), or someone
 			   * else's file under such a name */

@@ -237,10 +237,12 @@ int gm__ticket_take(const struct gm__dir *d, const struct gm_config *cfg,
 void gm__ticket_release(const struct gm__dir *d, struct gm__ticket *t,
 			uint64_t granted);
 
-/* Remove what is provably over in queue/, whoever made it: tickets
- * nobody holds and index links whose ticket is gone (root's `gpumutex
- * init`: in the sticky queue/ nobody else may remove others' files). */
-void gm__queue_sweep(const struct gm__dir *d);
+/* Remove what is provably over in queue/: tickets nobody holds and index
+ * links whose ticket is gone; those of user `only`, or with (uid_t)-1 of
+ * everyone (root's `gpumutex init`: in the sticky queue/ nobody else may
+ * remove others' files). Lists the directory: for the every-16th-ticket
+ * cleanup and `init`, never for every claim. */
+void gm__queue_sweep(const struct gm__dir *d, uid_t only);
 
 /* Remove ticket `name` (and its index link) of this user. */
 void gm__ticket_unlink(const struct gm__dir *d, const char *name,

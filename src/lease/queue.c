@@ -539,7 +539,7 @@ void gm__ticket_release(const struct gm__dir *d, struct gm__ticket *t,
 	t->cfd = -1;
 }
 
-void gm__queue_sweep(const struct gm__dir *d)
+void gm__queue_sweep(const struct gm__dir *d, uid_t only)
 {
 	DIR *dir = gm__listdir(d->queue);
 	struct dirent *de;
@@ -554,6 +554,8 @@ void gm__queue_sweep(const struct gm__dir *d)
 
 		if (gm__ticket_parse(nm, &seq, &uid, &pid, &want, &mask, NULL,
 				     0) == 0) {
+			if (only != (uid_t)-1 && uid != (unsigned)only)
+				continue;
 			/* A ticket nobody holds is over for good. */
 			fd = gm__ticket_open(d->queue, nm, uid, NULL, 0);
 			if (fd >= 0 && gm__probe(fd, F_WRLCK, 0) == F_UNLCK)
@@ -570,6 +572,11 @@ void gm__queue_sweep(const struct gm__dir *d)
 			if (n < 0)
 				continue;
 			name[n] = '\0';
+			if (only != (uid_t)-1 &&
+			    (gm__fstatat(d->queue, nm, &st,
+					 AT_SYMLINK_NOFOLLOW) < 0 ||
+			     st.st_uid != only))
+				continue;
 			if (gm__fstatat(d->queue, name, &st,
 					AT_SYMLINK_NOFOLLOW) < 0 &&
 			    errno == ENOENT)
