@@ -84,3 +84,31 @@ def readme_build_line():
     lines = re.findall(r"^`(cc -shared [^`]*)`$", install, re.M)
     assert len(lines) == 1, f"README's Install section has {len(lines)} cc lines"
     return lines[0]
+
+
+def _shared_dir(prefix):
+    """A directory like /tmp that every user can use (pytest's tmp_path is
+    private), with a journal file every user can append to."""
+    import shutil
+    import tempfile
+    d = tempfile.mkdtemp(prefix=prefix, dir="/tmp")
+    os.chmod(d, 0o1777)
+    j = os.path.join(d, "journal")
+    open(j, "w").close()
+    os.chmod(j, 0o666)
+    return d, lambda: shutil.rmtree(d, ignore_errors=True)
+
+
+@pytest.fixture
+def shared_tmp():
+    d, done = _shared_dir("gm-users-")
+    yield d
+    done()
+
+
+@pytest.fixture
+def shared():
+    """The same as shared_tmp (the name the newer tests use)."""
+    d, done = _shared_dir("gm-shared-")
+    yield d
+    done()

@@ -17,7 +17,6 @@ import os
 import shutil
 import signal
 import subprocess
-import tempfile
 
 import pytest
 
@@ -35,16 +34,6 @@ MUTATING = ("mkdir,mkdirat,mkfifoat,mknodat,fchmod,fchown,linkat,renameat,"
 EVERY = None  # count every call the shim knows
 
 
-@pytest.fixture
-def shared():
-    """A /tmp-like directory every user can use, with a 0666 journal."""
-    d = tempfile.mkdtemp(prefix="gm-sweep-", dir="/tmp")
-    os.chmod(d, 0o1777)
-    j = os.path.join(d, "journal")
-    open(j, "w").close()
-    os.chmod(j, 0o666)
-    yield d
-    shutil.rmtree(d, ignore_errors=True)
 
 
 def claim(env, user, kill_at=None, funcs=EVERY, args=(), timeout=None):

@@ -363,16 +363,6 @@ def test_lockdir_permissions(built, lockdir, journal):
         assert stat.S_IMODE(st.st_mode) == 0o666
 
 
-@pytest.fixture
-def shared_tmp():
-    """A directory like /tmp that every user can use (pytest's tmp_path is
-    private)."""
-    import shutil
-    import tempfile
-    d = tempfile.mkdtemp(prefix="gm-users-", dir="/tmp")
-    os.chmod(d, 0o1777)
-    yield d
-    shutil.rmtree(d, ignore_errors=True)
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root to switch users")

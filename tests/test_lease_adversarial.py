@@ -58,18 +58,6 @@ def adv(built):
     return ADV
 
 
-@pytest.fixture
-def shared_tmp():
-    """A /tmp-like directory every user can use, with a 0666 journal."""
-    import shutil
-    import tempfile
-    d = tempfile.mkdtemp(prefix="gm-adv-", dir="/tmp")
-    os.chmod(d, 0o1777)
-    j = os.path.join(d, "journal")
-    open(j, "w").close()
-    os.chmod(j, 0o666)
-    yield d
-    shutil.rmtree(d, ignore_errors=True)
 
 
 def ls(lockdir, sub):

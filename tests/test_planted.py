@@ -17,7 +17,6 @@ import os
 import shutil
 import stat
 import subprocess
-import tempfile
 import traceback
 
 import pytest
@@ -37,15 +36,6 @@ VICTIMS = pytest.mark.parametrize("victim", [USER_A, None],
                                   ids=["user", "root"])
 
 
-@pytest.fixture
-def shared():
-    d = tempfile.mkdtemp(prefix="gm-plant-", dir="/tmp")
-    os.chmod(d, 0o1777)
-    j = os.path.join(d, "journal")
-    open(j, "w").close()
-    os.chmod(j, 0o666)
-    yield d
-    shutil.rmtree(d, ignore_errors=True)
 
 
 def as_user(uid, fn):

@@ -186,15 +186,6 @@ static int take(const char *name, int argc, char **argv, int *i,
 	return 1;
 }
 
-static void list_format(char *buf, size_t len, const int *v, int n)
-{
-	size_t off = 0;
-
-	buf[0] = '\0';
-	for (int k = 0; k < n && off < len; k++)
-		off += (size_t)snprintf(buf + off, len - off, "%s%d",
-					k ? "," : "", v[k]);
-}
 
 /*
  * Started inside a job (an inherited GPUMUTEX_JOB, `inherited`, "" if
@@ -232,7 +223,7 @@ static int enclosing_job(const char *cmd, const char *inherited,
 	if (gm_join_check(&mine, js.devices, js.ndevices, NULL, err,
 			  sizeof err)) {
 		char list[GM_MAX_DEVICES * 4];
-		list_format(list, sizeof list, cfg->devices, cfg->ndevices);
+		gm_format_list(list, sizeof list, cfg->devices, cfg->ndevices);
 		fprintf(stderr,
 			PROG ": %s runs inside job %s (GPUMUTEX_JOB, inherited), which holds GPUs now, so it can only share them: as a new job it would wait for GPUs its own caller holds (for ever, if the caller waits for it); but %s (%s %s, %s %d); give it settings that fit the job's GPUs, or run it outside that job\n",
 			cmd, inherited, err,
@@ -240,7 +231,7 @@ static int enclosing_job(const char *cmd, const char *inherited,
 			flag[1] ? "--num-devices" : "GPUMUTEX_NUM_DEVICES", cfg->want);
 		return -1;
 	}
-	list_format(held, sizeof held, js.devices, js.ndevices);
+	gm_format_list(held, sizeof held, js.devices, js.ndevices);
 	if (!cfg->quiet)
 		fprintf(stderr,
 			PROG ": %s runs inside job %s (GPUMUTEX_JOB, inherited), which holds GPU%s %s: it joins that job and shares its GPUs instead of waiting for GPUs its own caller holds; --quiet hides this line\n",

@@ -46,15 +46,6 @@ void gm_cli_duration(int64_t ns, char *out, size_t len)
 			 s % 86400 / 3600);
 }
 
-static void list_ints(const int *v, int n, char *out, size_t len)
-{
-	size_t off = 0;
-
-	out[0] = '\0';
-	for (int i = 0; i < n && off < len; i++)
-		off += (size_t)snprintf(out + off, len - off, "%s%d", i ? "," : "",
-					v[i]);
-}
 
 static void list_pids(const pid_t *v, int n, char *out, size_t len)
 {
@@ -62,7 +53,7 @@ static void list_pids(const pid_t *v, int n, char *out, size_t len)
 
 	for (int i = 0; i < n && i < 32; i++)
 		tmp[i] = (int)v[i];
-	list_ints(tmp, n < 32 ? n : 32, out, len);
+	gm_format_list(out, len, tmp, n < 32 ? n : 32);
 }
 
 static void print_text(FILE *f, const char *dir, const struct gm_state *st)
@@ -96,7 +87,7 @@ static void print_text(FILE *f, const char *dir, const struct gm_state *st)
 		}
 	}
 	if (st->nunmanaged) {
-		list_ints(st->unmanaged, st->nunmanaged, devs, sizeof devs);
+		gm_format_list(devs, sizeof devs, st->unmanaged, st->nunmanaged);
 		fprintf(f, "Not listed: GPU%s %s (device files left by earlier jobs; no current job names %s, nor did `gpumutex init`).\n",
 			st->nunmanaged == 1 ? "" : "s", devs,
 			st->nunmanaged == 1 ? "it" : "them");
@@ -114,7 +105,7 @@ static void print_text(FILE *f, const char *dir, const struct gm_state *st)
 
 		user_name(w->uid, user, sizeof user);
 		gm_cli_duration(st->now_ns - w->since_ns, held, sizeof held);
-		list_ints(w->devices, w->ndevices, devs, sizeof devs);
+		gm_format_list(devs, sizeof devs, w->devices, w->ndevices);
 		fprintf(f, "%-4d %-8d %-10.10s %-8s %-5d %-12s %-18.18s %s\n", i + 1,
 			(int)w->pid, user, held, w->want, devs, w->job, w->cmd);
 	}

@@ -135,7 +135,6 @@ int gm__record_write(struct acq *a, const struct gm_lease *l)
 	/* On the heap: this runs on the caller's stack, which for cuInit can
 	 * be a 16 KiB thread stack. */
 	char *buf = malloc(RECORD_WRITE_MAX);
-	size_t off = 0;
 	int fd, len, rc = 0;
 	pid_t pid = getpid();
 
@@ -146,13 +145,8 @@ int gm__record_write(struct acq *a, const struct gm_lease *l)
 		errno = ENOMEM;
 		goto fail;
 	}
-	for (int i = 0; i < l->ndevices; i++)
-		off += (size_t)snprintf(list + off, sizeof list - off, "%s%d",
-					i ? "," : "", l->devices[i]);
-	off = 0;
-	for (int i = 0; i < a->cfg->ndevices; i++)
-		off += (size_t)snprintf(cand + off, sizeof cand - off, "%s%d",
-					i ? "," : "", a->cfg->devices[i]);
+	gm_format_list(list, sizeof list, l->devices, l->ndevices);
+	gm_format_list(cand, sizeof cand, a->cfg->devices, a->cfg->ndevices);
 	/* candidates= is for `gpumutex status` only (which GPUs this job
 	 * manages); nothing that decides about the lease reads it. */
 	len = snprintf(buf, RECORD_WRITE_MAX,

@@ -21,15 +21,6 @@
 
 #include "internal.h"
 
-static void list(char *buf, size_t len, const int *v, int n)
-{
-	size_t off = 0;
-
-	buf[0] = '\0';
-	for (int i = 0; i < n && off < len; i++)
-		off += (size_t)snprintf(buf + off, len - off, "%s%d",
-					i ? "," : "", v[i]);
-}
 
 int gm_join_check(const struct gm_config *cfg, const int *devices,
 		  int ndevices, uint64_t *usable, char *err, size_t errlen)
@@ -51,8 +42,8 @@ int gm_join_check(const struct gm_config *cfg, const int *devices,
 		*usable = use;
 	if (n >= cfg->want && n > 0)
 		return 0;
-	list(held, sizeof held, devices, ndevices);
-	list(mine, sizeof mine, cfg->devices, cfg->ndevices);
+	gm_format_list(held, sizeof held, devices, ndevices);
+	gm_format_list(mine, sizeof mine, cfg->devices, cfg->ndevices);
 	if (n == 0)
 		return gm__fail(-GM_EJOIN, err, errlen,
 				"the lease of job %s holds GPU%s %s, %s among this process's GPUs (%s)",

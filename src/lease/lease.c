@@ -63,12 +63,9 @@ void gm__notify_wait(struct acq *a, int ahead, int head, int job_busy)
 int gm__timed_out(struct acq *a)
 {
 	const struct gm_config *c = a->cfg;
-	char list[GM_MAX_DEVICES * 4] = "";
-	size_t off = 0;
+	char list[GM_MAX_DEVICES * 4];
 
-	for (int i = 0; i < c->ndevices; i++)
-		off += (size_t)snprintf(list + off, sizeof list - off, "%s%d",
-					i ? "," : "", c->devices[i]);
+	gm_format_list(list, sizeof list, c->devices, c->ndevices);
 	if (c->timeout_s == 0)
 		return gm__fail(-ETIMEDOUT, a->err, a->errlen,
 				"could not get %d of GPUs %s at once, and GPUMUTEX_TIMEOUT=0 says not to wait",

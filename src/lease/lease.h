@@ -70,6 +70,11 @@ int gm_scan_uint(const char *s, int base, uint64_t max, uint64_t *out,
 		 const char **end);
 int gm_parse_uint(const char *s, int base, uint64_t max, uint64_t *out);
 
+/* "0,2,3" from {0,2,3}: the project's one way of writing a list of device
+ * indices (or PIDs), cut to fit `len` (NUL-terminated whenever len > 0).
+ * Returns the length written. */
+size_t gm_format_list(char *buf, size_t len, const int *v, int n);
+
 /*
  * The parsers behind gm_config_from_env, exposed for the CLI and the tests.
  * Each returns 0 or -EINVAL with a message naming `name` (the variable or

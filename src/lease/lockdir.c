@@ -557,9 +557,8 @@ int gm_lockdir_declare(const struct gm_config *cfg, char *err, size_t errlen)
 	if (rc)
 		return rc;
 	off = (size_t)snprintf(buf, sizeof buf, "gpumutex-pool 1\ndevices=");
-	for (int i = 0; i < cfg->ndevices; i++)
-		off += (size_t)snprintf(buf + off, sizeof buf - off, "%s%d",
-					i ? "," : "", cfg->devices[i]);
+	off += gm_format_list(buf + off, sizeof buf - off, cfg->devices,
+				 cfg->ndevices);
 	off += (size_t)snprintf(buf + off, sizeof buf - off, "\n");
 	/* Whole or not at all: written under a name of ours, then renamed
 	 * over the old declaration, so a reader sees one or the other. */

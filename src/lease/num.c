@@ -8,11 +8,13 @@
  * of the machine down with it. These parsers use no libc at all, so the
  * artifact is the same whatever the build host's headers do. They are
  * also strict where strtol is lenient: no leading blanks, no sign, no "0x",
- * which is what a configuration value should be refused for.
+ * which is what a configuration value should be refused for. And the one
+ * formatter of device lists, the other way round.
  */
 #include <errno.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "lease.h"
 
@@ -48,6 +50,23 @@ int gm_scan_uint(const char *s, int base, uint64_t max, uint64_t *out,
 		return -ERANGE;
 	*out = v;
 	return 0;
+}
+
+size_t gm_format_list(char *buf, size_t len, const int *v, int n)
+{
+	size_t off = 0;
+
+	if (!len)
+		return 0;
+	buf[0] = '\0';
+	for (int i = 0; i < n && off < len; i++) {
+		int k = snprintf(buf + off, len - off, "%s%d", i ? "," : "",
+				 v[i]);
+		if (k < 0)
+			break;
+		off += (size_t)k;
+	}
+	return off < len ? off : len - 1;
 }
 
 int gm_parse_uint(const char *s, int base, uint64_t max, uint64_t *out)

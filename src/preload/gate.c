@@ -110,15 +110,6 @@ int gmp_gate_busy(void)
 	return gate_in;
 }
 
-static void list_format(char *buf, size_t len, const int *v, int n)
-{
-	size_t off = 0;
-
-	buf[0] = '\0';
-	for (int i = 0; i < n && off < len; i++)
-		off += (size_t)snprintf(buf + off, len - off, "%s%d",
-					i ? "," : "", v[i]);
-}
 
 /* ---- The waiting message ------------------------------------------------ */
 
@@ -193,7 +184,7 @@ static void on_wait(void *arg, const struct gm_wait_info *w)
 
 	if (cfg->quiet)
 		return;
-	list_format(wb.list, sizeof wb.list, cfg->devices, cfg->ndevices);
+	gm_format_list(wb.list, sizeof wb.list, cfg->devices, cfg->ndevices);
 	append(line, len, &off,
 	       "pid %d waits for %d GPU%s of %s (job %s, ", (int)getpid(),
 	       cfg->want, cfg->want == 1 ? "" : "s", wb.list, cfg->job);
@@ -219,7 +210,7 @@ static void on_wait(void *arg, const struct gm_wait_info *w)
 					hit |= l->devices[a] == cfg->devices[b];
 			if (!hit || strcmp(l->job, cfg->job) == 0)
 				continue;
-			list_format(wb.devs, sizeof wb.devs, l->devices,
+			gm_format_list(wb.devs, sizeof wb.devs, l->devices,
 				    l->ndevices);
 			cmd_format(wb.cmd, sizeof wb.cmd, l->cmd);
 			duration_format(wb.dur, sizeof wb.dur,
@@ -309,7 +300,7 @@ static int narrow(struct gm_config *cfg, const char *cvd, char *err,
 	}
 	if (!any)
 		return 1; /* "-1" first: no GPU wanted */
-	list_format(managed, sizeof managed, cfg->devices, cfg->ndevices);
+	gm_format_list(managed, sizeof managed, cfg->devices, cfg->ndevices);
 	for (int i = 0; i < cfg->ndevices; i++)
 		if (listed & (UINT64_C(1) << cfg->devices[i]))
 			cfg->devices[n++] = cfg->devices[i];
@@ -465,7 +456,7 @@ static int gate_run(int *py)
 			if (gate_lease.usable &
 			    (UINT64_C(1) << gate_lease.devices[i]))
 				use[n++] = gate_lease.devices[i];
-		list_format(env_cvd, sizeof env_cvd, use, n);
+		gm_format_list(env_cvd, sizeof env_cvd, use, n);
 	}
 	setenv("CUDA_VISIBLE_DEVICES", env_cvd, 1);
 	setenv("CUDA_DEVICE_ORDER", "PCI_BUS_ID", 1);

@@ -385,6 +385,37 @@ struct gmp_answer gmp_dlmopen_decide(long lmid, const char *file, int mode,
  * a scratch register no argument uses. endbr64 is spelled as bytes for
  * assemblers that predate it.
  */
+/* A three-argument entry point (dlvsym, dlmopen): as dlsym's below, with
+ * the third argument saved too and decide's result in rdx. */
+#define GMP_ENTRY3(name) \
+	".globl " #name "\n" \
+	".type " #name ", @function\n" \
+	".p2align 4\n" \
+	#name ":\n" \
+	"	.cfi_startproc\n" \
+	"	.byte 0xf3, 0x0f, 0x1e, 0xfa\n" \
+	"	pushq %rdi\n" \
+	"	.cfi_adjust_cfa_offset 8\n" \
+	"	pushq %rsi\n" \
+	"	.cfi_adjust_cfa_offset 8\n" \
+	"	pushq %rdx\n" \
+	"	.cfi_adjust_cfa_offset 8\n" \
+	"	movq 24(%rsp), %rcx\n" \
+	"	call gmp_" #name "_decide@PLT\n" \
+	"	movq %rdx, %r11\n" \
+	"	popq %rdx\n" \
+	"	.cfi_adjust_cfa_offset -8\n" \
+	"	popq %rsi\n" \
+	"	.cfi_adjust_cfa_offset -8\n" \
+	"	popq %rdi\n" \
+	"	.cfi_adjust_cfa_offset -8\n" \
+	"	testq %r11, %r11\n" \
+	"	jnz 1f\n" \
+	"	ret\n" \
+	"1:	jmpq *%r11\n" \
+	"	.cfi_endproc\n" \
+	".size " #name ", .-" #name "\n"
+
 __asm__(
 	".text\n"
 	".globl dlsym\n"
@@ -415,61 +446,9 @@ __asm__(
 	"	.cfi_endproc\n"
 	".size dlsym, .-dlsym\n"
 	"\n"
-	".globl dlvsym\n"
-	".type dlvsym, @function\n"
-	".p2align 4\n"
-	"dlvsym:\n"
-	"	.cfi_startproc\n"
-	"	.byte 0xf3, 0x0f, 0x1e, 0xfa\n"
-	"	pushq %rdi\n"
-	"	.cfi_adjust_cfa_offset 8\n"
-	"	pushq %rsi\n"
-	"	.cfi_adjust_cfa_offset 8\n"
-	"	pushq %rdx\n"
-	"	.cfi_adjust_cfa_offset 8\n"
-	"	movq 24(%rsp), %rcx\n"
-	"	call gmp_dlvsym_decide@PLT\n"
-	"	movq %rdx, %r11\n"
-	"	popq %rdx\n"
-	"	.cfi_adjust_cfa_offset -8\n"
-	"	popq %rsi\n"
-	"	.cfi_adjust_cfa_offset -8\n"
-	"	popq %rdi\n"
-	"	.cfi_adjust_cfa_offset -8\n"
-	"	testq %r11, %r11\n"
-	"	jnz 1f\n"
-	"	ret\n"
-	"1:	jmpq *%r11\n"
-	"	.cfi_endproc\n"
-	".size dlvsym, .-dlvsym\n"
+	GMP_ENTRY3(dlvsym)
 	"\n"
-	".globl dlmopen\n"
-	".type dlmopen, @function\n"
-	".p2align 4\n"
-	"dlmopen:\n"
-	"	.cfi_startproc\n"
-	"	.byte 0xf3, 0x0f, 0x1e, 0xfa\n"
-	"	pushq %rdi\n"
-	"	.cfi_adjust_cfa_offset 8\n"
-	"	pushq %rsi\n"
-	"	.cfi_adjust_cfa_offset 8\n"
-	"	pushq %rdx\n"
-	"	.cfi_adjust_cfa_offset 8\n"
-	"	movq 24(%rsp), %rcx\n"
-	"	call gmp_dlmopen_decide@PLT\n"
-	"	movq %rdx, %r11\n"
-	"	popq %rdx\n"
-	"	.cfi_adjust_cfa_offset -8\n"
-	"	popq %rsi\n"
-	"	.cfi_adjust_cfa_offset -8\n"
-	"	popq %rdi\n"
-	"	.cfi_adjust_cfa_offset -8\n"
-	"	testq %r11, %r11\n"
-	"	jnz 1f\n"
-	"	ret\n"
-	"1:	jmpq *%r11\n"
-	"	.cfi_endproc\n"
-	".size dlmopen, .-dlmopen\n");
+	GMP_ENTRY3(dlmopen));
 #else
 /*
  * Other architectures: plain C entry points. The real function is called
