@@ -43,17 +43,20 @@
 
 /* The lowest mark among our candidates: below it nothing matters. A mark
  * above our own number cannot be right (nobody behind us is granted
- * before us): the marks were damaged, so nothing is known. */
-static uint64_t floor_of(const struct gm__marks *m, uint64_t mask,
-			 uint64_t seq)
+ * before us): the marks were damaged, so nothing is known, and all of
+ * them are forgotten (zeroed), not only the floor: the walk and the
+ * listing also pass tickets by them one by one (passed()). */
+static uint64_t floor_of(struct gm__marks *m, uint64_t mask, uint64_t seq)
 {
 	uint64_t f = UINT64_MAX;
 
 	for (int i = 0; i < GM_MAX_DEVICES; i++) {
 		if (!(mask & (UINT64_C(1) << i)))
 			continue;
-		if (m->low[i] > seq)
+		if (m->low[i] > seq) {
+			memset(m, 0, sizeof *m);
 			return 0;
+		}
 		if (m->low[i] < f)
 			f = m->low[i];
 	}
