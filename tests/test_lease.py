@@ -43,13 +43,20 @@ def test_holder_files_are_one_per_device(built, lockdir, journal):
     for i in range(3):
         env = jobs.job_env(lockdir, journal, devices="0,1", want=2,
                            job=f"j{i}")
-        h = jobs.start(HOLDER, env, ready=True, hold=True)
+        old = os.umask(0o077)  # inherited by the holder
+        try:
+            h = jobs.start(HOLDER, env, ready=True, hold=True)
+        finally:
+            os.umask(old)
         assert h.ready()
         d = jobs.job_dir(lockdir)
         links = sorted(n for n in os.listdir(d) if n.startswith("held."))
         assert links == ["held.0", "held.1"]
         targets = set()
         for n in links:
+            # Readable by every user whatever the umask (waiting lines of
+            # other users read it).
+            assert os.stat(os.path.join(d, n)).st_mode & 0o777 == 0o644
             with open(os.path.join(d, n)) as f:
                 targets.add(f.readline().strip())
         assert targets == {f"j{i}.lease"}, targets

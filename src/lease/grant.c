@@ -287,8 +287,19 @@ void gm__holder_files(struct acq *a, const struct gm_lease *l)
 		int fd;
 
 		snprintf(name, sizeof name, GM_HELD_FILE "%d", l->devices[i]);
-		fd = openat(a->d.user, name, O_WRONLY | O_CREAT | O_NOFOLLOW |
-			    O_NONBLOCK | O_CLOEXEC, 0644);
+		fd = openat(a->d.user, name, O_WRONLY | O_NOFOLLOW | O_NONBLOCK |
+			    O_CLOEXEC);
+		if (fd < 0 && errno == ENOENT) {
+			/* The first time: readable by all whatever the umask
+			 * (other users' waiting lines read it). */
+			fd = openat(a->d.user, name, O_WRONLY | O_CREAT |
+				    O_EXCL | O_NOFOLLOW | O_NONBLOCK |
+				    O_CLOEXEC, 0644);
+			if (fd >= 0 && fchmod(fd, 0644) != 0) {
+				close(fd);
+				fd = -1;
+			}
+		}
 		if (fd < 0)
 			continue;
 		/* Say nothing rather than half (a failed truncate leaves a
