@@ -68,7 +68,8 @@ PRELOAD_TESTS := $(PRELOAD_T)/cuprobe $(PRELOAD_T)/culinked \
                  $(PRELOAD_T)/libgilhold.so $(PRELOAD_T)/vcuda/libcuda.so.1 \
                  $(PRELOAD_T)/nogpa/libcuda.so.1 $(PRELOAD_T)/decline \
                  $(PRELOAD_T)/hello-static $(PRELOAD_T)/smallstack \
-                 $(PRELOAD_T)/nsprobe $(PRELOAD_T)/libnsdep.so
+                 $(PRELOAD_T)/nsprobe $(PRELOAD_T)/libnsdep.so \
+                 $(PRELOAD_T)/nsedge
 
 preload-tests: $(PRELOAD_TESTS)
 
@@ -105,6 +106,23 @@ $(PRELOAD_T)/smallstack: $(PRELOAD_TSRC)/smallstack.c $(PRELOAD_FAKE)/libcuda.so
 $(PRELOAD_T)/nsprobe: $(PRELOAD_TSRC)/nsprobe.c $(PRELOAD_T)/libnsdep.so \
                       $(PRELOAD_T)/libnexttwo.so
 	$(PRELOAD_TCC) -o $@ $< -Wl,--enable-new-dtags,-rpath,'$$ORIGIN' -ldl
+
+# nsedge: one name (libnsdup.so) in two places, nsa/ on libnsa.so's RUNPATH
+# and nsb/ on nsedge's.
+$(PRELOAD_T)/nsedge: $(PRELOAD_TSRC)/nsedge.c $(PRELOAD_T)/libnsa.so \
+                     $(PRELOAD_T)/nsb/libnsdup.so $(PRELOAD_T)/libnexttwo.so
+	$(PRELOAD_TCC) -o $@ $< \
+	    -Wl,--enable-new-dtags,-rpath,'$$ORIGIN:$$ORIGIN/nsb' -ldl
+
+$(PRELOAD_T)/nsa/libnsdup.so $(PRELOAD_T)/nsb/libnsdup.so: \
+		$(PRELOAD_TSRC)/nsdup.c
+	@mkdir -p $(@D)
+	$(PRELOAD_TCC) -fPIC -shared -Wl,-soname,libnsdup.so \
+	    -DWHICH=$(if $(findstring /nsa/,$@),1,2) -o $@ $<
+
+$(PRELOAD_T)/libnsa.so: $(PRELOAD_TSRC)/nsa.c $(PRELOAD_T)/nsa/libnsdup.so
+	$(PRELOAD_TCC) -fPIC -shared -Wl,-soname,libnsa.so -o $@ $< \
+	    -L$(PRELOAD_T)/nsa -lnsdup -Wl,--enable-new-dtags,-rpath,'$$ORIGIN/nsa'
 
 $(PRELOAD_T)/libnsdep.so: $(PRELOAD_TSRC)/nsdep.c $(PRELOAD_FAKE)/libcuda.so
 	@mkdir -p $(@D)

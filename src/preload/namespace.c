@@ -65,8 +65,10 @@
 
 int gmp_ns_passes(long lmid, const char *file)
 {
-	return lmid == LM_ID_BASE || !file ||
-	       !getenv("GPUMUTEX_VISIBLE_DEVICES");
+	const char *v = getenv("GPUMUTEX_VISIBLE_DEVICES");
+
+	/* Empty is unset, as for the gate (src/lease/config.c). */
+	return lmid == LM_ID_BASE || !file || !v || !*v;
 }
 
 static const char *base_name(const char *path)
@@ -355,11 +357,21 @@ void *gmp_ns_dlmopen(long lmid, const char *file, int mode,
 
 	if (!real)
 		return NULL;
-	path = for_caller(caller, file);
-	errno = saved;
-	h = real(lmid, path ? path : file, mode);
+	/* In a namespace that exists, glibc first takes an object already
+	 * there under that name (its file name, a name it was loaded by, or
+	 * its SONAME), wherever the caller's search path would point: asked
+	 * for by name with RTLD_NOLOAD, which loads nothing. Only then is
+	 * the name resolved for the caller. */
+	h = NULL;
+	if (lmid != LM_ID_NEWLM && !strchr(file, '/') && !strchr(file, '$'))
+		h = real(lmid, file, mode | RTLD_NOLOAD);
+	if (!h) {
+		path = for_caller(caller, file);
+		errno = saved;
+		h = real(lmid, path ? path : file, mode);
+		free(path);
+	}
 	saved = errno;
-	free(path);
 	if (!h)
 		return NULL; /* the real error, in dlerror() and errno */
 	if (dlinfo(h, RTLD_DI_LINKMAP, &lm) == 0 && lm) {
