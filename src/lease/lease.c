@@ -161,6 +161,11 @@ int gm_lease_acquire(const struct gm_config *cfg,
 		out->usable |= UINT64_C(1) << out->devices[i];
 	if (rc == 0 && hooks && hooks->on_granted)
 		hooks->on_granted(hooks->arg, out);
+	/* Before the ticket goes: the waiters it lets go on to look for the
+	 * holder of these GPUs find us (a write in place, no directory
+	 * change, so the hand-off hardly notices). */
+	if (rc == 0)
+		gm__holder_files(a, out);
 	if (rc == 0)
 		GM_CRASHPOINT("granted");
 out:
@@ -169,8 +174,6 @@ out:
 	 * claim was at the head: it tells the queue's marks so. */
 	gm__ticket_release(&a->d, &a->tk,
 			   rc == 0 && !out->joined ? a->mask : 0);
-	if (rc == 0 && !out->joined)
-		gm__holder_files(a, out);
 	if (a->recfd >= 0) {
 		/* Not used (we gave up, or the grant failed before writing). */
 		char tmp[GM_JOB_MAX + 48];
