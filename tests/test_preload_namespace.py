@@ -3,24 +3,13 @@ against glibc itself: tests/preload/nsedge runs each case without and with
 libgpumutex.so (configured), and the two outputs (handle, dlerror(),
 errno, which copy of a library was returned) must be the same."""
 import subprocess
-from pathlib import Path
 
 import pytest
 
 from conftest import fake_driver_env
-
-REPO = Path(__file__).resolve().parent.parent
-B = REPO / "build"
-LIB = B / "libgpumutex.so"
-T = B / "tests" / "preload"
-TIMEOUT = 90
-
-
-@pytest.fixture(scope="session")
-def built():
-    cmd = ["make", "-s", "-C", str(REPO), "all", "fakecuda", "preload-tests"]
-    r = subprocess.run(cmd, capture_output=True, text=True)
-    assert r.returncode == 0, r.stdout + r.stderr
+# The preload tests' paths and build fixture, shared rather than repeated.
+from test_preload_adversarial import LIB, T, TIMEOUT
+from test_preload_adversarial import built  # noqa: F401 (a fixture)
 
 
 @pytest.fixture

@@ -90,8 +90,8 @@ static int probe(const struct gm__dir *d, const char *name, unsigned uid,
 	if (f == -ENOENT && uid == (unsigned)geteuid()) {
 		/* Gone, but its index is left (a claim of ours was killed
 		 * between the two unlinks): remove the index too. */
-		char index[20];
-		snprintf(index, sizeof index, "%016" PRIx64, seq);
+		char index[GM__INDEX_LEN];
+		gm__index_name(index, seq);
 		unlinkat(d->queue, index, 0);
 	}
 	if (f == -ENOENT || f == GM__FOREIGN)
@@ -120,7 +120,7 @@ static int walk(const struct gm__dir *d, const struct gm__ticket *t,
 		uint64_t mask, const struct gm__marks *m, uint64_t floor,
 		int *ahead, char *err, size_t errlen)
 {
-	char index[20], name[256];
+	char index[GM__INDEX_LEN], name[256];
 	int steps = 0;
 
 	for (uint64_t s = t->seq; s-- > floor && s > 0;) {
@@ -131,7 +131,7 @@ static int walk(const struct gm__dir *d, const struct gm__ticket *t,
 
 		if (++steps > WALK_MAX)
 			return GM__LONG;
-		snprintf(index, sizeof index, "%016" PRIx64, s);
+		gm__index_name(index, s);
 		n = readlinkat(d->queue, index, name, sizeof name - 1);
 		if (n < 0) {
 			if (errno == ENOENT || errno == EINVAL)

@@ -178,7 +178,6 @@ int gm__ticket_parse(const char *name, uint64_t *seq, unsigned *uid,
 struct gm__ticket {
 	uint64_t seq;                /* its number; 0: none */
 	char name[256];              /* its name in queue/ */
-	char index[20];              /* its index link queue/<seq:016x> */
 	int fd;                      /* holds its write lock; -1: none */
 	int cfd;                     /* queue/seq, unlocked, for the marks */
 	int marks_ok;                /* queue/seq had its marks line */
@@ -243,6 +242,10 @@ void gm__ticket_release(const struct gm__dir *d, struct gm__ticket *t,
  * remove others' files). Lists the directory: for the every-16th-ticket
  * cleanup and `init`, never for every claim. */
 void gm__queue_sweep(const struct gm__dir *d, uid_t only);
+
+/* The name of ticket `seq`'s index link in queue/ ("<seq:016x>"). */
+#define GM__INDEX_LEN 20
+void gm__index_name(char out[GM__INDEX_LEN], uint64_t seq);
 
 /* Remove ticket `name` (and its index link) of this user. */
 void gm__ticket_unlink(const struct gm__dir *d, const char *name,

@@ -42,9 +42,9 @@
 #define MARKS_LEN (2 + 16 * GM_MAX_DEVICES)
 #define SEQ_FILE_LEN (COUNTER_LEN + MARKS_LEN)
 
-static void index_name(char *out, size_t len, uint64_t seq)
+void gm__index_name(char out[GM__INDEX_LEN], uint64_t seq)
 {
-	snprintf(out, len, "%016" PRIx64, seq);
+	snprintf(out, GM__INDEX_LEN, "%016" PRIx64, seq);
 }
 
 /* The marks line -> m; 0, or -EINVAL (then m is all zero). */
@@ -128,8 +128,8 @@ void gm__marks_raise(int cfd, const struct gm__marks *to)
 			}
 		marks_format(w->line, &w->m);
 		/* A failed write changes nothing: the marks only save work. */
-		if (change && pwrite(cfd, w->line, MARKS_LEN, MARKS_OFF) < 0)
-			change = 0;
+		if (change)
+			(void)!pwrite(cfd, w->line, MARKS_LEN, MARKS_OFF);
 	}
 	free(w);
 	if (locked)
@@ -404,8 +404,10 @@ static int ticket_link(const struct gm__dir *d, const struct gm_config *cfg,
 			 * (ahead.c). Its number must be free too: a name left
 			 * there (planted, or by a rewound counter) means the
 			 * number is taken. */
-			index_name(t->index, sizeof t->index, *seq);
-			if (symlinkat(t->name, d->queue, t->index) == 0)
+			char index[GM__INDEX_LEN];
+
+			gm__index_name(index, *seq);
+			if (symlinkat(t->name, d->queue, index) == 0)
 				return 0;
 			unlinkat(d->queue, t->name, 0);
 		}
@@ -509,11 +511,11 @@ int gm__ticket_take(const struct gm__dir *d, const struct gm_config *cfg,
 void gm__ticket_unlink(const struct gm__dir *d, const char *name,
 		       uint64_t seq)
 {
-	char index[20];
+	char index[GM__INDEX_LEN];
 
 	/* The name first: an index whose ticket is gone reads as gone. */
 	unlinkat(d->queue, name, 0);
-	index_name(index, sizeof index, seq);
+	gm__index_name(index, seq);
 	unlinkat(d->queue, index, 0);
 }
 
