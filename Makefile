@@ -43,7 +43,7 @@ all: $(B)/liblease.a $(TEST_BINS) $(B)/gpumutex $(B)/libgpumutex.so \
 # build already ran it on the way to build/libgpumutex.so; this target runs
 # it again, on the file as it is now.
 gate: $(B)/libgpumutex.so
-	bash tools/gate.sh $(B)/libgpumutex.so src/preload/exports.list
+	bash tools/gate.sh $(B)/libgpumutex.so src/preload/exports.list $(B)/gen/wrap-exports.list
 
 # Load proof in a Debian bullseye root (glibc 2.31); needs root, debootstrap
 # and Debian's package mirror the first time (the root is then cached).

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# gate.sh LIBRARY EXPORTS_LIST
+# gate.sh LIBRARY EXPORTS_LIST [MORE_EXPORTS_LISTS...]
 #
 # The load gate: checks that a built libgpumutex.so will load on every
 # target (x86_64 glibc 2.17 or newer, no C++ runtime) and exports exactly
@@ -11,7 +11,9 @@
 #   - NEEDED only libc.so.6, libdl.so.2, libpthread.so.0
 #   - no RPATH or RUNPATH
 #   - an SONAME
-#   - defined dynamic symbols == EXPORTS_LIST (one name per line, # comments)
+#   - defined dynamic symbols == EXPORTS_LIST (one name per line, # comments),
+#     plus the names of any further lists (the generated driver wrappers,
+#     build/gen/wrap-exports.list)
 #   - no call to a function that glibc >= 2.38 redirects to a GLIBC_2.38
 #     symbol under _GNU_SOURCE (strtol & co., sscanf & co.): the same source
 #     built on a newer host would not load on an older glibc
@@ -21,6 +23,8 @@ set -euo pipefail
 
 lib=${1:?usage: gate.sh LIBRARY EXPORTS_LIST}
 list=${2:?usage: gate.sh LIBRARY EXPORTS_LIST}
+shift 2
+lists=("$list" "$@")
 max_minor=17
 fail=0
 
@@ -74,7 +78,7 @@ printf '%s\n' "$dyn" | grep -q '(SONAME)' || bad "has no SONAME" "link with -Wl,
 have=$(readelf --dyn-syms -W "$lib" |
     awk '$7 != "UND" && ($5 == "GLOBAL" || $5 == "WEAK") && $4 != "SECTION" && $4 != "FILE" {print $8}' |
     sed 's/@.*//' | sort -u)
-want=$(sed 's/#.*//; s/[[:space:]]//g; /^$/d' "$list" | sort -u)
+want=$(sed 's/#.*//; s/[[:space:]]//g; /^$/d' "${lists[@]}" | sort -u)
 extra=$(comm -23 <(printf '%s\n' "$have") <(printf '%s\n' "$want") | tr '\n' ' ')
 missing=$(comm -13 <(printf '%s\n' "$have") <(printf '%s\n' "$want") | tr '\n' ' ')
 [ -z "${extra// /}" ] || bad "exports undocumented symbols: $extra" \
@@ -92,6 +96,6 @@ c23=$(objdump -T "$lib" | awk '$0 ~ /\*UND\*/ {print $NF}' |
     "parse numbers with gm_parse_uint / gm_scan_uint (src/lease/num.c) instead"
 
 if [ "$fail" -eq 0 ]; then
-    echo "gate: ok: $lib (glibc <= 2.$max_minor, libc only, exports: $(printf '%s' "$want" | tr '\n' ' '))"
+    echo "gate: ok: $lib (glibc <= 2.$max_minor, libc only, $(printf '%s\n' "$want" | wc -l) exports as listed)"
 fi
 exit "$fail"

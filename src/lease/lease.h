@@ -203,6 +203,16 @@ int gm_job_probe(const char *lock_dir, const char *job,
 		 struct gm_job_state *out, char *err, size_t errlen);
 
 /*
+ * Give this process's part of lease `l` back: close its descriptors (and
+ * set them to -1). The lease ends when the last member lets go; members
+ * that share the descriptions (forked children) or have their own
+ * (joiners) keep it alive, which is why nothing is unlocked here: an OFD
+ * lock belongs to the description, and unlocking it would take it from a
+ * child that shares it. Never fails; async-signal-safe (close(2) only).
+ */
+void gm_lease_release(struct gm_lease *l);
+
+/*
  * For a child forked while another thread of its parent was inside
  * gm_lease_acquire (call it from a pthread_atfork child handler): close
  * the descriptors that acquire had open, which the child inherited. Kept,

@@ -1,20 +1,28 @@
 /*
- * gate.c - the once-per-process acquire in front of the real cuInit.
+ * gate.c - the once-per-process decision in front of the real cuInit, and
+ * the lease it leads to.
  *
  * State machine, one per process:
  *   NEW -> BUSY (one thread decides; others block on gate_lock)
- *       -> OPEN (go on to the real cuInit: lease held, not configured, or
- *                no GPU wanted)
- *       -> SHUT (fail closed; gate_code is returned from every cuInit).
- * OPEN and SHUT are final and read with one atomic load, so later cuInit
- * calls cost nothing. The lease's descriptors live in gate_lease and are
- * never closed: the lease is the process's until it exits (the driver owns
- * the GPU until then), so there is no exit handler either.
+ *       -> OPEN  (pass through for good: not configured, no GPU wanted)
+ *       -> DEFER (configured, devices fixed, CUDA_VISIBLE_DEVICES set; no
+ *                 lease yet: the first call that can touch a device takes
+ *                 it, gmp_gate_work)
+ *       -> HELD  (lease held: taken in cuInit for a pool, or later)
+ *       -> SHUT  (fail closed; gate_code is returned from every cuInit and
+ *                 every wrapped driver call).
+ *   DEFER -> HELD at the first device call; HELD -> DEFER when the
+ *   process gives its lease back (no context for GPUMUTEX_GIVE_BACK_MS).
+ * OPEN and SHUT are final. gmp_go (wrap.h) is 1 exactly in OPEN and HELD:
+ * the wrappers read it to go straight to the driver. Without the
+ * generated wrappers (wrap.h) there is no DEFER: the lease is taken in
+ * cuInit and kept, as before wrappers existed.
  *
- * fork: a child inherits the state. After OPEN it shares the lease's open
+ * fork: a child inherits the state. In HELD it shares the lease's open
  * file descriptions, so it is a member of the lease for as long as it
- * lives, and its cuInit returns at once. A child forked while another
- * thread was in BUSY starts again from NEW (see atfork_child).
+ * lives (it never gives it back: it has no helper thread), and its cuInit
+ * returns at once. A child forked while another thread was in BUSY starts
+ * again from NEW (see atfork_child).
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -32,13 +40,23 @@
 #include "internal.h" /* gm__fstat: see src/lease/lockdir.c */
 #include "lease.h"
 #include "pyenv.h"
+#include "wrap.h"
 
-enum { ST_NEW, ST_BUSY, ST_OPEN, ST_SHUT };
+enum { ST_NEW, ST_BUSY, ST_OPEN, ST_SHUT, ST_DEFER, ST_HELD };
 
 static pthread_mutex_t gate_lock = PTHREAD_MUTEX_INITIALIZER;
 static int gate_state;
 static int gate_code;
 static struct gm_lease gate_lease;
+/* The configuration decided at the first cuInit (its candidates fixed to
+ * this process's CUDA_VISIBLE_DEVICES), for taking the lease later. Used
+ * under gate_lock only. */
+static struct gm_config gate_cfg;
+static char gate_err[GM_ERR_MAX];
+/* 1: this process took its lease itself (not inherited by fork), so its
+ * helper thread may give it back. */
+static int gate_own;
+static unsigned gate_give_back_ms = 1000;
 /* Which files the lease's descriptors were, to notice if the program
  * closes them (or reuses their numbers) behind our back. */
 static struct {
@@ -115,6 +133,7 @@ int gmp_gate_busy(void)
 
 struct wait_ctx {
 	const struct gm_config *cfg;
+	const char *call; /* the first device call, or NULL: in cuInit */
 };
 
 static void append(char *buf, size_t len, size_t *off, const char *fmt, ...)
@@ -226,6 +245,13 @@ static void on_wait(void *arg, const struct gm_wait_info *w)
 	}
 	if (!holders)
 		append(line, len, &off, "; GPUs %s are busy", wb.list);
+	if (((struct wait_ctx *)arg)->call)
+		append(line, len, &off, "; it waits at its first GPU call (%s)",
+		       ((struct wait_ctx *)arg)->call);
+	else
+		append(line, len, &off,
+		       "; it waits in cuInit, which the CUDA runtime also calls for device queries such as torch.cuda.is_available() (a pool: GPUMUTEX_NUM_DEVICES=%d of %d GPUs); with GPUMUTEX_NUM_DEVICES equal to the number of GPUs it may use, or PYTORCH_NVML_BASED_CUDA_CHECK=1 for torch's queries, queries do not wait",
+		       cfg->want, cfg->ndevices);
 	append(line, len, &off, "; GPUMUTEX_QUIET=1 hides this line");
 	gmp_say("%s", line);
 }
@@ -340,6 +366,17 @@ static void join_refused(const char *cvd, const char *why)
 
 /* ---- The gate ----------------------------------------------------------------- */
 
+static void go_set(int v)
+{
+	__atomic_store_n(&gmp_go, v, __ATOMIC_SEQ_CST);
+}
+
+static void state_set(int st)
+{
+	__atomic_store_n(&gate_state, st, __ATOMIC_RELEASE);
+	go_set(st == ST_OPEN || st == ST_HELD);
+}
+
 /*
  * A child forked while another thread of the parent is in BUSY inherits a
  * locked gate_lock whose owner does not exist in the child: start over,
@@ -354,13 +391,23 @@ static void atfork_child(void)
 	int st = __atomic_load_n(&gate_state, __ATOMIC_ACQUIRE);
 
 	memcpy(&gate_lock, &fresh, sizeof fresh);
-	if (st != ST_OPEN && st != ST_SHUT) {
-		/* Forked while another thread was taking the lease: drop the
-		 * copies of that acquire's descriptors (they would keep its
-		 * job lock and ticket open for writing, and delay everyone's
-		 * wake-up, ours included) and start over from NEW. */
+	gmp_wrap_atfork_child();
+	/* An inherited lease is kept until the child exits: the child has
+	 * no helper thread, and it shares the parent's descriptions. */
+	gate_own = 0;
+	if (st == ST_NEW || st == ST_BUSY) {
+		/* Forked while another thread was deciding or taking the
+		 * lease: drop the copies of that acquire's descriptors (they
+		 * would keep its job lock and ticket open for writing, and
+		 * delay everyone's wake-up, ours included) and start over from
+		 * NEW. */
 		gm_lease_forget_inflight();
-		__atomic_store_n(&gate_state, ST_NEW, __ATOMIC_RELEASE);
+		state_set(ST_NEW);
+	} else if (st == ST_DEFER) {
+		/* Forked while another thread was taking the lease at its
+		 * first device call (that happens in DEFER, under gate_lock):
+		 * the same. */
+		gm_lease_forget_inflight();
 	}
 }
 
@@ -376,22 +423,62 @@ __attribute__((constructor)) static void atfork_register(void)
 }
 
 /*
- * Decide, and take the lease when configured. Returns 0 (OPEN) or the
- * CUDA error (SHUT). Sets *py when os.environ needs updating.
+ * Take (or join) the lease for gate_cfg, under gate_lock. `call`: the
+ * first device call that needs it, NULL in cuInit. Returns 0 (the lease is
+ * in gate_lease) or the CUDA error, after saying why.
  */
-static int gate_run(int *py)
+static int take(const char *call)
 {
-	/* Static, not on the stack (4.6 KiB; cuInit may run on a thread with
-	 * a 16 KiB stack): gate_run runs under gate_lock, one thread at a
-	 * time. */
-	static struct gm_config cfg;
-	static char err[GM_ERR_MAX];
 	struct gm_acquire_hooks hooks;
 	struct wait_ctx ctx;
-	const char *cvd;
 	int rc;
 
-	rc = gm_config_from_env(&cfg, err, sizeof err);
+	ctx.cfg = &gate_cfg;
+	ctx.call = call;
+	memset(&hooks, 0, sizeof hooks);
+	hooks.on_wait = on_wait;
+	hooks.arg = &ctx;
+	rc = gm_lease_acquire(&gate_cfg, &hooks, &gate_lease, gate_err,
+			      sizeof gate_err);
+	if (rc == -ETIMEDOUT) {
+		gmp_say("%s; %s returns CUDA_ERROR_NO_DEVICE", gate_err,
+			call ? call : "cuInit");
+		return GMP_CUDA_ERROR_NO_DEVICE;
+	}
+	if (rc == -GM_EJOIN) {
+		join_refused(getenv("CUDA_VISIBLE_DEVICES"), gate_err);
+		return GMP_CUDA_ERROR_INVALID_VALUE;
+	}
+	if (rc) {
+		gmp_say("cannot queue for a GPU in GPUMUTEX_LOCK_DIR=\"%s\": %s; %s fails (CUDA_ERROR_NO_DEVICE) so that no GPU is used outside the queue",
+			gate_cfg.lock_dir, gate_err, call ? call : "cuInit");
+		return GMP_CUDA_ERROR_NO_DEVICE;
+	}
+	for (int i = 0; i < gate_lease.ndevices; i++) {
+		struct stat st;
+		if (gm__fstat(gate_lease.fds[i], &st) == 0) {
+			gate_ids[i].dev = (unsigned long long)st.st_dev;
+			gate_ids[i].ino = (unsigned long long)st.st_ino;
+		}
+	}
+	gate_own = 1;
+	return 0;
+}
+
+/*
+ * Decide, and take the lease now when that cannot wait. Returns 0 and
+ * *next (OPEN, DEFER or HELD), or the CUDA error (SHUT). Sets *py when
+ * os.environ needs updating.
+ */
+static int gate_run(int *py, int *next)
+{
+	struct gm_config *cfg = &gate_cfg;
+	char *err = gate_err;
+	const char *cvd, *gb;
+	int rc;
+
+	*next = ST_OPEN;
+	rc = gm_config_from_env(cfg, err, sizeof gate_err);
 	if (rc == 1)
 		return 0; /* not configured: pass through */
 	if (rc < 0) {
@@ -399,9 +486,20 @@ static int gate_run(int *py)
 			err);
 		return GMP_CUDA_ERROR_INVALID_VALUE;
 	}
+	gb = getenv("GPUMUTEX_GIVE_BACK_MS");
+	if (gb) {
+		uint64_t v;
+
+		if (gm_parse_uint(gb, 10, 86400000, &v)) {
+			gmp_say("GPUMUTEX_GIVE_BACK_MS=\"%s\" is not a number of milliseconds from 0 to 86400000; cuInit fails (CUDA_ERROR_INVALID_VALUE) so that no GPU is used outside the queue",
+				gb);
+			return GMP_CUDA_ERROR_INVALID_VALUE;
+		}
+		gate_give_back_ms = (unsigned)v;
+	}
 	cvd = getenv("CUDA_VISIBLE_DEVICES");
 	if (cvd) {
-		rc = narrow(&cfg, cvd, err, sizeof err);
+		rc = narrow(cfg, cvd, err, sizeof gate_err);
 		if (rc == 1)
 			return 0; /* no GPU wanted: no lease, no wait */
 		if (rc < 0) {
@@ -413,51 +511,54 @@ static int gate_run(int *py)
 	/* The job id goes into the environment before anything can wait or
 	 * start a child: children then join this lease, not queue behind
 	 * their own parent. */
-	if (!cfg.job[0]) {
-		gm_job_generate(cfg.job);
-		setenv("GPUMUTEX_JOB", cfg.job, 1);
+	if (!cfg->job[0]) {
+		gm_job_generate(cfg->job);
+		setenv("GPUMUTEX_JOB", cfg->job, 1);
 	}
-	snprintf(env_job, sizeof env_job, "%s", cfg.job);
+	memcpy(env_job, cfg->job, sizeof env_job);
+	env_job[GM_JOB_MAX] = '\0';
 	*py = 1;
 
-	ctx.cfg = &cfg;
-	memset(&hooks, 0, sizeof hooks);
-	hooks.on_wait = on_wait;
-	hooks.arg = &ctx;
-	rc = gm_lease_acquire(&cfg, &hooks, &gate_lease, err, sizeof err);
-	if (rc == -ETIMEDOUT) {
-		gmp_say("%s; cuInit returns CUDA_ERROR_NO_DEVICE", err);
-		return GMP_CUDA_ERROR_NO_DEVICE;
-	}
-	if (rc == -GM_EJOIN) {
-		join_refused(cvd, err);
-		return GMP_CUDA_ERROR_INVALID_VALUE;
-	}
-	if (rc) {
-		gmp_say("cannot queue for a GPU in GPUMUTEX_LOCK_DIR=\"%s\": %s; cuInit fails (CUDA_ERROR_NO_DEVICE) so that no GPU is used outside the queue",
-			cfg.lock_dir, err);
-		return GMP_CUDA_ERROR_NO_DEVICE;
-	}
-	/* PCI_BUS_ID: CUDA's default order (fastest first) can differ
-	 * between machines' GPUs, and an index must mean the same GPU in
-	 * every process. */
-	for (int i = 0; i < gate_lease.ndevices; i++) {
-		struct stat st;
-		if (gm__fstat(gate_lease.fds[i], &st) == 0) {
-			gate_ids[i].dev = (unsigned long long)st.st_dev;
-			gate_ids[i].ino = (unsigned long long)st.st_ino;
-		}
-	}
-	{
-		/* What this process may use: all of a lease it was granted,
-		 * the part among its own candidates of one it joined. */
+	if (gmp_wrappers() && cfg->ndevices == cfg->want) {
+		/* The devices are fixed already: the real cuInit may run now
+		 * (the CUDA runtime needs it even for device queries), and
+		 * the lease waits for the first call that can touch one. */
+		int d[GM_MAX_DEVICES], n = cfg->ndevices;
+
+		memcpy(d, cfg->devices, sizeof d);
+		for (int i = 1; i < n; i++)
+			for (int j = i; j > 0 && d[j - 1] > d[j]; j--) {
+				int t = d[j];
+				d[j] = d[j - 1];
+				d[j - 1] = t;
+			}
+		gm_format_list(env_cvd, sizeof env_cvd, d, n);
+		*next = ST_DEFER;
+	} else {
+		/* A pool: which GPUs this process gets is known only once it
+		 * is granted them, and the driver reads CUDA_VISIBLE_DEVICES
+		 * in cuInit. So wait here, as before. */
 		int use[GM_MAX_DEVICES], n = 0;
+
+		rc = take(NULL);
+		if (rc)
+			return rc;
+		/* What this process may use: all of a lease it was granted,
+		 * the part among its own candidates of one it joined. A later
+		 * lease (after giving this one back) is for these GPUs. */
 		for (int i = 0; i < gate_lease.ndevices; i++)
 			if (gate_lease.usable &
 			    (UINT64_C(1) << gate_lease.devices[i]))
 				use[n++] = gate_lease.devices[i];
 		gm_format_list(env_cvd, sizeof env_cvd, use, n);
+		memcpy(cfg->devices, use, sizeof use);
+		cfg->ndevices = n;
+		*next = ST_HELD;
+		gmp_wrap_giveback_arm(gate_give_back_ms);
 	}
+	/* PCI_BUS_ID: CUDA's default order (fastest first) can differ
+	 * between machines' GPUs, and an index must mean the same GPU in
+	 * every process. */
 	setenv("CUDA_VISIBLE_DEVICES", env_cvd, 1);
 	setenv("CUDA_DEVICE_ORDER", "PCI_BUS_ID", 1);
 	return 0;
@@ -480,14 +581,15 @@ static int lease_intact(void)
 		    (unsigned long long)st.st_ino == gate_ids[i].ino)
 			continue;
 		pthread_mutex_lock(&gate_lock);
-		if (__atomic_load_n(&gate_state, __ATOMIC_ACQUIRE) == ST_OPEN) {
+		if (__atomic_load_n(&gate_state, __ATOMIC_ACQUIRE) == ST_HELD) {
 			gmp_say("this process closed the descriptor that held its lease on GPU %d (descriptor %d), so another job may be given that GPU while this process still uses it; exclusion is no longer guaranteed, and cuInit now fails with CUDA_ERROR_NO_DEVICE",
 				gate_lease.devices[i], gate_lease.fds[i]);
 			gate_code = GMP_CUDA_ERROR_NO_DEVICE;
-			__atomic_store_n(&gate_state, ST_SHUT, __ATOMIC_RELEASE);
+			state_set(ST_SHUT);
 		}
 		pthread_mutex_unlock(&gate_lock);
-		return gate_code;
+		return __atomic_load_n(&gate_state, __ATOMIC_ACQUIRE) ==
+			ST_SHUT ? gate_code : 0;
 	}
 	return 0;
 }
@@ -498,29 +600,30 @@ int gmp_gate(void)
 					     "CUDA_VISIBLE_DEVICES",
 					     "CUDA_DEVICE_ORDER" };
 	const char *values[3] = { NULL, NULL, NULL };
-	int saved = errno, st, code, py = 0;
+	int saved = errno, st, code, py = 0, next = ST_OPEN;
 
 	st = __atomic_load_n(&gate_state, __ATOMIC_ACQUIRE);
-	if (st == ST_OPEN) {
+	if (st == ST_HELD) {
 		code = lease_intact();
 		errno = saved;
 		return code;
 	}
+	if (st == ST_OPEN || st == ST_DEFER)
+		return 0;
 	if (st == ST_SHUT)
 		return gate_code;
 	pthread_mutex_lock(&gate_lock);
 	st = __atomic_load_n(&gate_state, __ATOMIC_ACQUIRE);
-	if (st == ST_OPEN || st == ST_SHUT) {
+	if (st != ST_NEW) {
 		pthread_mutex_unlock(&gate_lock);
-		return st == ST_OPEN ? 0 : gate_code;
+		return st == ST_SHUT ? gate_code : 0;
 	}
 	__atomic_store_n(&gate_state, ST_BUSY, __ATOMIC_RELEASE);
 	gate_in = 1;
-	code = gate_run(&py);
+	code = gate_run(&py, &next);
 	gate_in = 0;
 	gate_code = code;
-	__atomic_store_n(&gate_state, code ? ST_SHUT : ST_OPEN,
-			 __ATOMIC_RELEASE);
+	state_set(code ? ST_SHUT : next);
 	pthread_mutex_unlock(&gate_lock);
 
 	/* After the unlock: updating os.environ may run Python code, which
@@ -536,4 +639,81 @@ int gmp_gate(void)
 	}
 	errno = saved;
 	return code;
+}
+
+int gmp_gate_code(void)
+{
+	return gate_code ? gate_code : GMP_CUDA_ERROR_NO_DEVICE;
+}
+
+int gmp_gate_work(const char *call)
+{
+	int saved = errno, st, code = 0;
+
+	st = __atomic_load_n(&gate_state, __ATOMIC_ACQUIRE);
+	if (st == ST_OPEN || st == ST_HELD)
+		return 0;
+	if (st == ST_SHUT)
+		return gate_code;
+	if (gate_in) /* from inside the gate on this thread: a bug */
+		return GMP_CUDA_ERROR_NO_DEVICE;
+	if (st == ST_NEW || st == ST_BUSY) {
+		/* A device call before any cuInit: decide as cuInit would
+		 * (the driver is not initialised, so the call itself will
+		 * fail, but nothing may reach the GPU unqueued). */
+		code = gmp_gate();
+		if (code) {
+			errno = saved;
+			return code;
+		}
+	}
+	pthread_mutex_lock(&gate_lock);
+	if (__atomic_load_n(&gate_state, __ATOMIC_ACQUIRE) == ST_DEFER) {
+		gate_in = 1;
+		code = take(call);
+		gate_in = 0;
+		if (code) {
+			gate_code = code;
+			state_set(ST_SHUT);
+		} else {
+			state_set(ST_HELD);
+			gmp_wrap_giveback_arm(gate_give_back_ms);
+		}
+	} else if (__atomic_load_n(&gate_state, __ATOMIC_ACQUIRE) == ST_SHUT) {
+		code = gate_code;
+	}
+	pthread_mutex_unlock(&gate_lock);
+	errno = saved;
+	return code;
+}
+
+void gmp_gate_context_gone(void)
+{
+	if (__atomic_load_n(&gate_state, __ATOMIC_ACQUIRE) == ST_HELD &&
+	    gate_own)
+		gmp_wrap_giveback_arm(gate_give_back_ms);
+}
+
+void gmp_gate_give_back(void)
+{
+	pthread_mutex_lock(&gate_lock);
+	if (__atomic_load_n(&gate_state, __ATOMIC_ACQUIRE) == ST_HELD &&
+	    gate_own) {
+		/* No new call goes straight to the driver from here on; the
+		 * check waits for context calls in flight. */
+		go_set(0);
+		gate_in = 1;
+		if (gmp_wrap_may_hold_context()) {
+			go_set(1);
+		} else {
+			/* Closing is enough: the lease lives on in other
+			 * members (forked children share our descriptions,
+			 * joiners have their own) and ends with the last. */
+			gm_lease_release(&gate_lease);
+			gate_own = 0;
+			state_set(ST_DEFER);
+		}
+		gate_in = 0;
+	}
+	pthread_mutex_unlock(&gate_lock);
 }

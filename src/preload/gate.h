@@ -27,6 +27,31 @@
  */
 int gmp_gate(void);
 
+/*
+ * Before a driver call that can touch a device (the wrappers' slow path,
+ * wrap.c): make sure this process holds its lease, taking it now (waiting
+ * in the queue, with the waiting line naming `call`) when cuInit deferred
+ * it; decides first, as cuInit would, if no cuInit came yet. Returns 0
+ * when the call may go on to the driver, or the CUDA error it must return
+ * instead (sticky, as for cuInit). Preserves errno.
+ */
+int gmp_gate_work(const char *call);
+
+/* The error a refused driver call returns (the gate's sticky code). */
+int gmp_gate_code(void);
+
+/* A context was destroyed or released: look again, after the give-back
+ * delay, whether the process still holds one. */
+void gmp_gate_context_gone(void);
+
+/*
+ * The give-back step (wrap.c's helper thread, after the delay): if this
+ * process holds a lease it took itself and surely holds no context
+ * (gmp_wrap_may_hold_context), close its lease descriptors and go back
+ * to DEFER, so that its next device call queues again for the same GPUs.
+ */
+void gmp_gate_give_back(void);
+
 /* 1 while this thread is inside gmp_gate (re-entrancy guard). */
 int gmp_gate_busy(void);
 

@@ -36,6 +36,7 @@
 #include "gate.h"
 #include "namespace.h"
 #include "resolve.h"
+#include "wrap.h"
 
 #define GMP_EXPORT __attribute__((visibility("default")))
 #define GMP_HIDDEN __attribute__((visibility("hidden")))
@@ -60,8 +61,10 @@ static CUresult hook_gpa2(const char *symbol, void **pfn, int version,
 			  unsigned long long flags, int *status);
 
 /*
- * The real driver function `p` stands for, swapped for ours. Anything
- * else, including the driver's other functions, is returned unchanged.
+ * The real driver function `p` stands for, swapped for ours: cuInit and
+ * cuGetProcAddress* for the hooks below, every other driver function for
+ * its wrapper (pure queries stay as they are: gmp_wrap_handout). Anything
+ * that is not the driver's is returned unchanged.
  */
 static void *swap(void *p, const struct gmp_cuda *c)
 {
@@ -73,7 +76,7 @@ static void *swap(void *p, const struct gmp_cuda *c)
 		return (void *)&hook_gpa2;
 	if (c->gpa1 && p == c->gpa1)
 		return (void *)&hook_gpa1;
-	return p;
+	return gmp_wrap_handout(p, c);
 }
 
 /* The definition of `name` after ours in the global scope, other than
@@ -273,9 +276,16 @@ struct gmp_answer {
 	void *tail;  /* else the real function to jump to, same arguments */
 };
 
+/*
+ * The names whose answer may have to be swapped. Caller checked "cu".
+ * Driver API functions are "cu" and a capital letter (cuInit, cuMemAlloc);
+ * cudnn*, cublas*, curl_* and the runtime's cuda* are not, and keep the
+ * fast path. Without the generated wrappers only the three names.
+ */
 static int handled(const char *name)
 {
-	/* Caller checked "cu". */
+	if (gmp_wrappers())
+		return name[2] >= 'A' && name[2] <= 'Z';
 	if (name[2] == 'I')
 		return strcmp(name + 2, "Init") == 0;
 	return name[2] == 'G' && strncmp(name + 2, "GetProcAddress", 14) == 0 &&

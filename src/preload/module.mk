@@ -19,6 +19,12 @@ PRELOAD_SAVED_GOAL := $(.DEFAULT_GOAL)
 PRELOAD_SRC     := $(wildcard src/preload/*.c)
 PRELOAD_HDR     := $(wildcard src/preload/*.h)
 PRELOAD_OBJ     := $(patsubst src/%.c,$(B)/obj/%.o,$(PRELOAD_SRC))
+# The driver wrappers, generated from the committed name and policy tables
+# (tools/gen-wrappers.sh; docs/preload.md, "When the lease is taken").
+PRELOAD_WRAP_C  := $(B)/gen/wrappers.c
+PRELOAD_WRAP_X  := $(B)/gen/wrap-exports.list
+PRELOAD_WRAP_O  := $(B)/obj/gen/wrappers.o
+PRELOAD_OBJ     += $(PRELOAD_WRAP_O)
 PRELOAD_CFLAGS   = $(WARN) $(FRAME_WARN) $(CFLAGS) -fPIC -fvisibility=hidden -Isrc/lease
 PRELOAD_LDFLAGS := -shared -Wl,-soname,libgpumutex.so \
                    -Wl,--version-script=src/preload/exports.map -Wl,-z,defs
@@ -38,6 +44,16 @@ $(B)/obj/preload/%.o: src/preload/%.c $(PRELOAD_HDR) $(LEASE_HDR)
 	@mkdir -p $(dir $@)
 	$(CC) $(PRELOAD_CFLAGS) -c -o $@ $<
 
+$(PRELOAD_WRAP_C) $(PRELOAD_WRAP_X): src/preload/driver-names.txt \
+		src/preload/driver-policy.txt tools/gen-wrappers.sh
+	@mkdir -p $(B)/gen
+	sh tools/gen-wrappers.sh src/preload/driver-names.txt \
+	    src/preload/driver-policy.txt $(PRELOAD_WRAP_C) $(PRELOAD_WRAP_X)
+
+$(PRELOAD_WRAP_O): $(PRELOAD_WRAP_C) src/preload/wrap.h src/preload/resolve.h
+	@mkdir -p $(dir $@)
+	$(CC) $(PRELOAD_CFLAGS) -Isrc/preload -c -o $@ $<
+
 # Linked under build/ungated/ and copied to its shipped path only once the
 # load gate passed, so that nothing (make demo, make check, the wheel)
 # ever preloads a library that would not load on an older glibc.
@@ -46,8 +62,9 @@ $(PRELOAD_UNGATED): $(PRELOAD_OBJ) $(B)/liblease.a src/preload/exports.map
 	$(CC) $(CFLAGS) $(PRELOAD_LDFLAGS) -o $@ $(PRELOAD_OBJ) $(B)/liblease.a \
 	    $(PRELOAD_LIBS)
 
-$(PRELOAD_LIB): $(PRELOAD_UNGATED) tools/gate.sh src/preload/exports.list
-	bash tools/gate.sh $< src/preload/exports.list
+$(PRELOAD_LIB): $(PRELOAD_UNGATED) tools/gate.sh src/preload/exports.list \
+		$(PRELOAD_WRAP_X)
+	bash tools/gate.sh $< src/preload/exports.list $(PRELOAD_WRAP_X)
 	cp $< $@
 
 $(B)/obj/cli/%.o: src/cli/%.c src/cli/run.h $(LEASE_HDR)

@@ -1,0 +1,90 @@
+/*
+ * wrap.h - the driver entry points' wrappers: what the generated tables
+ * (tools/gen-wrappers.sh, from driver-names.txt and driver-policy.txt)
+ * and wrap.c share. Prefix gmp_: internal to the preload library.
+ *
+ * Every driver function that can touch a device is reached through a
+ * wrapper: "lease held (or not needed)? then tail-jump to the real
+ * function, else take the lease first". Pure queries are handed out
+ * unwrapped. See docs/preload.md, "When the lease is taken".
+ */
+#ifndef GPUMUTEX_PRELOAD_WRAP_H
+#define GPUMUTEX_PRELOAD_WRAP_H
+
+#include "resolve.h"
+
+/* How the library treats one driver function (driver-policy.txt). */
+enum gmp_wclass {
+	GMP_W_WORK,     /* takes the lease, then a tail jump */
+	GMP_W_QUERY,    /* handed out unwrapped */
+	GMP_W_OWN,      /* cuInit, cuGetProcAddress*: hooks.c */
+	GMP_W_CTX_NEW,  /* creates a context: counted */
+	GMP_W_PCTX_NEW, /* retains a primary context */
+	GMP_W_CTX_DEL,  /* destroys a context: counted */
+	GMP_W_PCTX_DEL, /* releases or resets a primary context */
+};
+
+/* Wrappers for driver functions the table does not name. */
+#define GMP_SPARES 512
+
+/*
+ * The generated tables. Weak: a build without the generated file (the
+ * README's one-line build, or an architecture without wrappers) has none,
+ * and then the lease is taken in cuInit, as before wrappers existed.
+ */
+extern const unsigned gmp_wrap_n __attribute__((weak));
+extern const char *const gmp_wrap_names[] __attribute__((weak));
+extern const unsigned char gmp_wrap_class[] __attribute__((weak));
+extern void *gmp_wrap_real[] __attribute__((weak)); /* hand-out targets */
+extern void *gmp_wrap_plt[] __attribute__((weak));  /* exported targets */
+extern void *const gmp_wrap_h[] __attribute__((weak));
+extern void *gmp_spare_real[] __attribute__((weak));
+extern void *const gmp_spare_h[] __attribute__((weak));
+
+/* 1: the generated wrappers are built in. */
+static inline int gmp_wrappers(void)
+{
+	return &gmp_wrap_n != 0;
+}
+
+/*
+ * Read by every wrapper: 1 when calls may go straight to the driver (the
+ * lease is held, or none is needed), 0 when the slow path must decide.
+ * Written only by gate.c (gmp_go_set).
+ */
+extern int gmp_go;
+/* Set once a wrapper for a function the table does not name was called:
+ * the process may hold a context we cannot see, so it never gives its
+ * lease back. */
+extern unsigned char gmp_doubt;
+
+/*
+ * What a lookup (dlsym, dlvsym, cuGetProcAddress*) hands out for `p`, a
+ * function of the real driver `c` other than cuInit and cuGetProcAddress*:
+ * p itself for a pure query, else a wrapper that jumps to p. Without a
+ * wrapper to spare, the lease is taken now and p returned (and the lease
+ * never given back); if that fails, NULL.
+ */
+void *gmp_wrap_handout(void *p, const struct gmp_cuda *c);
+
+/* The name of wrapped driver function `p`'s table entry, for messages;
+ * "a driver function" when unknown. */
+const char *gmp_wrap_name_of(unsigned i);
+
+/*
+ * The give-back check, run by wrap.c's helper thread: 1 when this process
+ * may hold a context (or cannot tell), 0 when it surely holds none. Waits
+ * for context calls in flight first; call with the gate's lock held and
+ * gmp_go already 0, so that no new one starts.
+ */
+int gmp_wrap_may_hold_context(void);
+
+/* Start (first call) or wake the helper thread that gives the lease back
+ * after `delay_ms` without a context. Returns 0, or -1 when no thread can
+ * be started (then the lease is kept). */
+int gmp_wrap_giveback_arm(unsigned delay_ms);
+
+/* Fork: a child has no helper thread; forget it (atfork child handler). */
+void gmp_wrap_atfork_child(void);
+
+#endif
