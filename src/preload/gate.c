@@ -534,6 +534,21 @@ static int gate_run(int *py, int *next)
 			}
 		gm_format_list(env_cvd, sizeof env_cvd, d, n);
 		*next = ST_DEFER;
+		/* A live lease of this job that this process could never join
+		 * is refused now, as it was when cuInit took the lease (one
+		 * lock-free probe; a lease that fits is joined later, at the
+		 * first device call, so that a query keeps nothing alive). */
+		{
+			static struct gm_job_state js;
+
+			if (gm_job_probe(cfg->lock_dir, cfg->job, &js, err,
+					 sizeof gate_err) == 1 &&
+			    gm_join_check(cfg, js.devices, js.ndevices, NULL,
+					  err, sizeof gate_err) == -GM_EJOIN) {
+				join_refused(cvd, err);
+				return GMP_CUDA_ERROR_INVALID_VALUE;
+			}
+		}
 	} else {
 		/* A pool: which GPUs this process gets is known only once it
 		 * is granted them, and the driver reads CUDA_VISIBLE_DEVICES

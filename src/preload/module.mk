@@ -86,7 +86,7 @@ PRELOAD_TESTS := $(PRELOAD_T)/cuprobe $(PRELOAD_T)/culinked \
                  $(PRELOAD_T)/nogpa/libcuda.so.1 $(PRELOAD_T)/decline \
                  $(PRELOAD_T)/hello-static $(PRELOAD_T)/smallstack \
                  $(PRELOAD_T)/nsprobe $(PRELOAD_T)/libnsdep.so \
-                 $(PRELOAD_T)/nsedge
+                 $(PRELOAD_T)/nsedge $(PRELOAD_T)/lazyprobe
 
 preload-tests: $(PRELOAD_TESTS)
 
@@ -110,6 +110,13 @@ $(PRELOAD_T)/culinked: $(PRELOAD_TSRC)/culinked.c $(PRELOAD_FAKE)/libcuda.so
 	@mkdir -p $(@D)
 	$(PRELOAD_TCC) -o $@ $< -L$(PRELOAD_FAKE) -lcuda \
 	    -Wl,-rpath,'$$ORIGIN/../fakecuda'
+
+# Queries and first device work along every lookup path (linked with -lcuda
+# for the PLT path): tests/test_lazy_lease.py.
+$(PRELOAD_T)/lazyprobe: $(PRELOAD_TSRC)/lazyprobe.c $(PRELOAD_FAKE)/libcuda.so
+	@mkdir -p $(@D)
+	$(PRELOAD_TCC) -o $@ $< -L$(PRELOAD_FAKE) -lcuda \
+	    -Wl,-rpath,'$$ORIGIN/../fakecuda' -ldl -lpthread
 
 # cuInit from a thread with a 16 KiB stack (through dlsym, and as bound by
 # the dynamic linker).

@@ -78,6 +78,8 @@ typedef struct { unsigned char bytes[16]; } CUuuid;
     FC_IMPL(cuMemAlloc_v2) \
     FC_IMPL(cuMemFree_v2) \
     FC_IMPL(cuMemGetInfo_v2) \
+    FC_IMPL(cuLaunchKernel) \
+    FC_IMPL(cuLaunchKernel_ptsz) \
     FC_IMPL(cuGetExportTable)
 
 /* Exported as GNU indirect functions (so FAKECUDA_HIDE_GETPROCADDRESS can make
@@ -125,6 +127,16 @@ CUresult cuCtxSynchronize_v2(CUcontext ctx);
 CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytes);
 CUresult cuMemFree_v2(CUdeviceptr dptr);
 CUresult cuMemGetInfo_v2(size_t *free_bytes, size_t *total_bytes);
+CUresult cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz,
+                        unsigned bx, unsigned by, unsigned bz, unsigned shmem,
+                        void *stream, void **params, void **extra);
+CUresult cuLaunchKernel_ptsz(void *f, unsigned gx, unsigned gy, unsigned gz,
+                             unsigned bx, unsigned by, unsigned bz,
+                             unsigned shmem, void *stream, void **params,
+                             void **extra);
+/* Internal: a stub was called (generated stubs.c): with FAKECUDA_STUB_LOG
+ * set, append its name and pid to that file. */
+void fc_stub_called(const char *name);
 CUresult cuGetProcAddress(const char *symbol, void **pfn, int cuda_version,
                           unsigned long long flags);
 CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int cuda_version,

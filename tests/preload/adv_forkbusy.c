@@ -1,9 +1,11 @@
 /*
  * adv_forkbusy.c - fork while another thread waits in the gate (the GPU
  * is held by another job). Descriptor 2 is a pipe read here until the
- * waiting line shows thread A is inside the gate (BUSY); then N children
- * are forked, each calls cuInit (alarm(30): a deadlock ends as SIGALRM)
- * and exits with 0 if it returned 0, else 1. Prints "forked" once all
+ * waiting line shows thread A is inside the gate, taking the lease at its
+ * first device call (cuInit, then cuDevicePrimaryCtxRetain); then N
+ * children are forked, each calls cuInit and retains the primary context
+ * (alarm(30): a deadlock ends as SIGALRM) and exits with 0 if both
+ * returned 0, else 1. Prints "forked" once all
  * are started, then "a-rc=N" and one "child-status=..." per child.
  */
 #define _GNU_SOURCE
@@ -16,13 +18,24 @@
 #include <unistd.h>
 
 typedef int (*init_fn)(unsigned int);
+typedef int (*retain_fn)(void **, int);
 static init_fn init;
+static retain_fn retain;
 static int a_rc = -1;
+
+/* cuInit, then the first device call, which takes the lease. */
+static int use(void)
+{
+	void *ctx;
+	int rc = init(0);
+
+	return rc ? rc : retain(&ctx, 0);
+}
 
 static void *thread_a(void *arg)
 {
 	(void)arg;
-	a_rc = init(0);
+	a_rc = use();
 	return NULL;
 }
 
@@ -41,7 +54,8 @@ int main(int argc, char **argv)
 		return 3;
 	close(p[1]);
 	h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
-	if (!h || !(init = (init_fn)dlsym(h, "cuInit")))
+	if (!h || !(init = (init_fn)dlsym(h, "cuInit")) ||
+	    !(retain = (retain_fn)dlsym(h, "cuDevicePrimaryCtxRetain")))
 		return 3;
 	pthread_create(&t, NULL, thread_a, NULL);
 	while (got + 1 < sizeof buf) {
@@ -61,7 +75,7 @@ int main(int argc, char **argv)
 		kids[i] = fork();
 		if (kids[i] == 0) {
 			alarm(30);
-			_exit(init(0) == 0 ? 0 : 1);
+			_exit(use() == 0 ? 0 : 1);
 		}
 	}
 	printf("forked\n");
