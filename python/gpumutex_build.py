@@ -100,7 +100,9 @@ def _make_native(root):
     lib = os.path.join(root, "build", "libgpumutex.so")
     gate = [os.environ.get("BASH", "bash"),
             os.path.join(root, "tools", "gate.sh"), lib,
-            os.path.join(root, "src", "preload", "exports.list")]
+            os.path.join(root, "src", "preload", "exports.list"),
+            # the generated driver wrappers' names (tools/gen-wrappers.sh)
+            os.path.join(root, "build", "gen", "wrap-exports.list")]
     rc = subprocess.run(gate, stdout=sys.stderr).returncode
     if rc != 0:
         raise SystemExit(f"gpumutex: the load gate refused {lib} (exit {rc});"

@@ -422,6 +422,13 @@ def child_environ(visible_devices: Optional[Devices] = None,
                                num_devices is not None)
     out[JOB] = job or secrets.token_hex(16)
     out["LD_PRELOAD"] = with_preload(out.get("LD_PRELOAD"), lib)
+    # As gpumutex-run does (src/cli/run.c, device_env): torch's device
+    # queries use NVML, and what it counts before CUDA is initialised is
+    # the candidate GPUs (exactly the job's when as many as wanted).
+    out.setdefault("PYTORCH_NVML_BASED_CUDA_CHECK", "1")
+    if "CUDA_VISIBLE_DEVICES" not in out:
+        out["CUDA_VISIBLE_DEVICES"] = ",".join(str(d) for d in sorted(devices))
+        out["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
     return out, (None if out.get(QUIET) == "1" else note)
 
 

@@ -188,6 +188,41 @@ static int take(const char *name, int argc, char **argv, int *i,
 
 
 /*
+ * What CUDA clients see before they initialise CUDA (docs/preload.md,
+ * "Device queries"): PYTORCH_NVML_BASED_CUDA_CHECK=1, so that
+ * torch.cuda.is_available() asks NVML instead of calling cuInit; and,
+ * unless the caller narrowed it already, CUDA_VISIBLE_DEVICES = the
+ * candidate GPUs (ascending), so that torch.cuda.device_count() before
+ * initialisation counts those, not every GPU of the machine. With the
+ * devices fixed (as many candidates as wanted) that is exactly what the
+ * library sets in cuInit; in a pool it is the candidates, of which the
+ * process will be given GPUMUTEX_NUM_DEVICES. The library reads the
+ * variable as a narrowing that changes nothing. 0 or -1 (errno).
+ */
+static int device_env(const struct gm_config *cfg)
+{
+	char list[GM_MAX_DEVICES * 4];
+	int d[GM_MAX_DEVICES], n = cfg->ndevices;
+
+	if (!getenv("PYTORCH_NVML_BASED_CUDA_CHECK") &&
+	    setenv("PYTORCH_NVML_BASED_CUDA_CHECK", "1", 1) != 0)
+		return -1;
+	if (getenv("CUDA_VISIBLE_DEVICES"))
+		return 0;
+	memcpy(d, cfg->devices, sizeof d);
+	for (int i = 1; i < n; i++)
+		for (int j = i; j > 0 && d[j - 1] > d[j]; j--) {
+			int t = d[j];
+			d[j] = d[j - 1];
+			d[j - 1] = t;
+		}
+	gm_format_list(list, sizeof list, d, n);
+	if (setenv("CUDA_VISIBLE_DEVICES", list, 1) != 0)
+		return -1;
+	return setenv("CUDA_DEVICE_ORDER", "PCI_BUS_ID", 1);
+}
+
+/*
  * Started inside a job (an inherited GPUMUTEX_JOB, `inherited`, "" if
  * none) that holds a lease in our lock directory now, or is taking one,
  * COMMAND as a new job would queue behind GPUs its own caller holds: for
@@ -373,7 +408,7 @@ int gm_run_main(int argc, char **argv)
 			err);
 		return 2;
 	}
-	if (set_preload(lib) != 0)
+	if (set_preload(lib) != 0 || device_env(&cfg) != 0)
 		goto nomem;
 
 	execvp(argv[i], &argv[i]);

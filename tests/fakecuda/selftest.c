@@ -191,6 +191,7 @@ static void full_getprocaddress(void)
     CHECK(gpa2("cuMemcpyHtoD", &p, 13000, 2, &st) == 0 && p == dlsym(h, "cuMemcpyHtoD_v2_ptds"));
     CHECK(gpa2("cuLaunchKernel", &p, 13000, 2, &st) == 0 && p == dlsym(h, "cuLaunchKernel_ptsz"));
     CHECK(gpa2("cuLaunchKernel", &p, 13000, 0, &st) == 0 && p == dlsym(h, "cuLaunchKernel"));
+    CHECK(gpa2("cuStreamCreate", &p, 13000, 0, &st) == 0 && p == dlsym(h, "cuStreamCreate"));
     if (p)
         CHECK(((stub_t)(void (*)(void))p)() == FC_ERROR_NOT_SUPPORTED);
     p = &p;
