@@ -43,6 +43,10 @@ sys.path.insert(0, os.path.join(REPO, "tests", "lib"))
 import journal as J  # noqa: E402
 
 ROWS = []
+# An older build directory (with gpumutex-run and libgpumutex.so) to compare
+# the idle gap with, in the same run; empty: no comparison.
+OLD = os.environ.get("GPU_BENCH_OLD", "")
+WRAPCOST = os.path.join(BUILD, "bench", "wrapcost")
 
 
 def row(name, with_gm, without, note=""):
@@ -135,14 +139,19 @@ def gm_argv(lockdir):
 
 def b2b_run(py, mode, n, seconds, tmp, rep):
     journal = os.path.join(tmp, f"b2b-{mode}-{rep}.journal")
-    lockdir = os.path.join(tmp, f"locks-b2b-{rep}")
+    lockdir = os.path.join(tmp, f"locks-b2b-{mode}-{rep}")
     job = [py, TORCH_JOBS, "mm", "--seconds", str(seconds)]
     launch, exits, codes = {}, {}, {}
 
     def start(i):
         tag = f"{mode}{rep}-{i}"
         env = gm_env(GM_JOURNAL=journal, GM_TAG=tag)
-        argv = (gm_argv(lockdir) + job) if mode == "gm" else job
+        if mode == "gm":
+            argv = gm_argv(lockdir) + job
+        elif mode == "old":  # an older build's gpumutex-run (GPU_BENCH_OLD)
+            argv = [os.path.join(OLD, "gpumutex-run")] + gm_argv(lockdir)[1:] + job
+        else:
+            argv = job
         launch[tag] = time.monotonic_ns()
         return tag, subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL)
 
@@ -150,7 +159,7 @@ def b2b_run(py, mode, n, seconds, tmp, rep):
         codes[tag] = p.wait()
         exits[tag] = time.monotonic_ns()
 
-    if mode == "gm":
+    if mode in ("gm", "old"):
         procs = [start(i) for i in range(n)]
         threads = [threading.Thread(target=reap, args=tp) for tp in procs]
         for t in threads:
@@ -161,7 +170,7 @@ def b2b_run(py, mode, n, seconds, tmp, rep):
         for i in range(n):
             reap(*start(i))
     ev = J.parse(journal)
-    if mode == "gm":
+    if mode in ("gm", "old"):
         J.check_exclusive(ev)
     jobs = []
     for tag in launch:
@@ -189,9 +198,10 @@ def b2b_run(py, mode, n, seconds, tmp, rep):
 
 
 def bench_b2b(py, tmp, reps, n=6, seconds=1.0):
-    res = {"gm": [], "seq": []}
+    res = {"gm": [], "seq": [], "old": []}
+    modes = ("seq", "gm", "old") if OLD else ("seq", "gm")
     for rep in range(reps):
-        for mode in ("seq", "gm"):
+        for mode in modes:
             res[mode].append(b2b_run(py, mode, n, seconds, tmp, rep))
             r = res[mode][-1]
             print(f"  b2b {mode} rep {rep}: gaps "
@@ -221,6 +231,18 @@ def bench_b2b(py, tmp, reps, n=6, seconds=1.0):
     row("previous job gone -> next job's first GPU work synchronised "
         "(the gap less the previous job's own exit), median",
         *both("gone_to_begin"))
+    if OLD:
+        row("GPU idle gap between consecutive jobs, median: this build | "
+            "the older build (GPU_BENCH_OLD)", ms(med(pool("gm", "gap"))),
+            ms(med(pool("old", "gap"))), "same run, interleaved; the older "
+            "build takes the lease in cuInit, this one at the first context "
+            "(its real cuInit runs while it waits)")
+        row("... previous job gone -> next job's first GPU work: this build "
+            "| the older build", ms(med(pool("gm", "gone_to_begin"))),
+            ms(med(pool("old", "gone_to_begin"))))
+        row("... next job's cuInit returned -> first GPU work synchronised: "
+            "this build | the older build", ms(med(pool("gm", "ctx"))),
+            ms(med(pool("old", "ctx"))), "this build: includes the wait")
     row("a job's own CUDA start-up (before cuInit -> first work done, "
         "not waiting), median", "", ms(own), "measured in the baseline runs")
     row("gap under gpumutex / own CUDA start-up", f"{gm_gap / own:.2f}", "",
@@ -234,6 +256,104 @@ def bench_b2b(py, tmp, reps, n=6, seconds=1.0):
     row(f"wall time for the {n} jobs, median",
         f"{med([r['makespan'] for r in res['gm']]) / 1e9:.2f} s",
         f"{med([r['makespan'] for r in res['seq']]) / 1e9:.2f} s")
+
+
+# ---- 4. queries, launches, wrapper cost ------------------------------------------
+
+def query_once(py, lockdir, held):
+    """torch get_device_properties & co. in a fresh process under
+    gpumutex-run; with `held`, while a C -lcuda job holds the GPU. Returns
+    (ns the queries took, ns the process took)."""
+    holder = None
+    if held:
+        holder = subprocess.Popen(gm_argv(lockdir) + [CUJOB, "hold", "0"],
+                                  env=gm_env(GM_JOURNAL=os.devnull,
+                                             GM_TAG="holder"),
+                                  stdin=subprocess.PIPE,
+                                  stdout=subprocess.PIPE, text=True)
+        assert holder.stdout.readline().strip() == "holding"
+    journal = os.path.join(lockdir + ".journal")
+    t0 = time.monotonic_ns()
+    r = subprocess.run(gm_argv(lockdir) + [py, TORCH_JOBS, "query", "props"],
+                       env=gm_env(GM_JOURNAL=journal, GM_TAG="q"),
+                       capture_output=True, text=True, timeout=120)
+    wall = time.monotonic_ns() - t0
+    if holder:
+        holder.stdin.close()
+        holder.wait()
+    if r.returncode or "waits for" in r.stderr:
+        raise RuntimeError(f"query run failed or waited: {r.stderr[-300:]}")
+    call = [int(e["call_ns"]) for e in J.parse(journal)
+            if e["ev"] == "info" and "call_ns" in e][-1]
+    return call, wall
+
+
+def bench_queries(py, tmp, n):
+    free, held = [], []
+    for i in range(n):
+        free.append(query_once(py, os.path.join(tmp, f"locks-q{i}"), False))
+        held.append(query_once(py, os.path.join(tmp, f"locks-qh{i}"), True))
+    row("torch get_device_name/properties/capability (runtime cuInit) while "
+        "another job holds the GPU | not held: the queries, median",
+        ms(med([c for c, _ in held])), ms(med([c for c, _ in free])),
+        f"{n} runs each, interleaved; under gpumutex-run both")
+    row("... the whole process (python start, import torch, queries), median",
+        ms(med([w for _, w in held])), ms(med([w for _, w in free])),
+        "held | not held")
+
+
+def launches_once(py, lockdir, gm):
+    argv = (gm_argv(lockdir) if gm else []) + [py, TORCH_JOBS, "launches",
+                                              "--n", "50000"]
+    r = subprocess.run(argv, env=gm_env(GM_JOURNAL=os.devnull, GM_TAG="l"),
+                       capture_output=True, text=True, timeout=300)
+    if r.returncode:
+        raise RuntimeError(f"launch loop failed: {r.stderr[-300:]}")
+    return int(r.stdout.split("launch_ns=")[1].split()[0])
+
+
+def bench_launches(py, tmp, n):
+    gm, raw = [], []
+    for i in range(n):
+        gm.append(launches_once(py, os.path.join(tmp, f"locks-l{i}"), True))
+        raw.append(launches_once(py, None, False))
+    row("launch-heavy torch loop (50000 tiny in-place adds, one stream): "
+        "time per launch, median", f"{med(gm):.0f} ns", f"{med(raw):.0f} ns",
+        f"{n} runs each, interleaved; ratio {med(gm) / med(raw):.4f} "
+        "(target within 1%)")
+
+
+def bench_wrapcost(n):
+    src = os.path.join(REPO, "bench", "wrapcost.c")
+    os.makedirs(os.path.dirname(WRAPCOST), exist_ok=True)
+    subprocess.run(["cc", "-std=c11", "-O2", "-o", WRAPCOST, src, "-ldl"],
+                   check=True)
+    lib = os.path.join(BUILD, "libgpumutex.so")
+    lockdir = tempfile.mkdtemp(prefix="gm-wrapcost-")
+    res = {True: [], False: []}
+    for _ in range(n):
+        for pre in (False, True):
+            env = gm_env()
+            if pre:
+                env.update(LD_PRELOAD=lib, GPUMUTEX_VISIBLE_DEVICES="0",
+                           GPUMUTEX_LOCK_DIR=lockdir)
+            r = subprocess.run([WRAPCOST, "20000000"], env=env,
+                               capture_output=True, text=True, timeout=120)
+            if r.returncode:
+                raise RuntimeError(f"wrapcost failed: {r.stderr}")
+            v = dict(f.split("=") for f in r.stdout.split())
+            res[pre].append((float(v["work_ns"]), float(v["query_ns"])))
+    shutil.rmtree(lockdir, ignore_errors=True)
+    w = [a for a, _ in res[True]]
+    w0 = [a for a, _ in res[False]]
+    row("one wrapped driver call (cuCtxGetApiVersion, lease held), median",
+        f"{med(w):.2f} ns", f"{med(w0):.2f} ns",
+        f"{n} runs x 20M calls each, interleaved; wrapper = difference "
+        f"{med(w) - med(w0):.2f} ns")
+    q = [b for _, b in res[True]]
+    q0 = [b for _, b in res[False]]
+    row("one pure query (cuDeviceGetCount, handed out unwrapped), median",
+        f"{med(q):.2f} ns", f"{med(q0):.2f} ns", "no wrapper: the same function")
 
 
 # ---- 2. uncontended cuInit ------------------------------------------------------
@@ -276,9 +396,11 @@ def handoff_once(tmp, i):
          "hold", "0"], env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
         text=True)
     assert holder.stdout.readline().strip() == "holding"
+    # The waiter queues at its first device call (cujob first: cuInit,
+    # then the primary context), where the lease is taken.
     waiter = subprocess.Popen(
         [RUN, "--visible-devices", "0", "--lock-dir", lockdir, "--", CUJOB,
-         "init"], env=gm_env(), stdout=subprocess.PIPE,
+         "first"], env=gm_env(), stdout=subprocess.PIPE,
         stderr=subprocess.PIPE, text=True)
     line = waiter.stderr.readline()  # the waiting line: it is queued
     assert "waits for" in line, line
@@ -309,14 +431,15 @@ def bench_handoff(tmp, n):
     def m(k):
         return ms(med([r[k] for r in runs]))
     row("hand-off: holder's last timestamp (returning from main) -> queued "
-        "waiter's cuInit returned (median)", m("total"), "",
+        "waiter's first device call returned (median)", m("total"), "",
         f"{n} runs, C -lcuda holder and waiter (tests/gpu/cujob.c)")
     row("... holder's last timestamp -> waiter granted (median)",
         m("handoff"), "", "the holder's exit (atexit, driver teardown, "
         "closing its descriptors), the wake-up and the grant; from the "
         "waiter's lease record")
-    row("... waiter granted -> its cuInit returned (median)", m("cuinit"),
-        "", "the waiter's real cuInit")
+    row("... waiter granted -> its first device call returned (median)",
+        m("cuinit"), "", "the waiter's primary context (its real cuInit "
+        "ran before it queued)")
     reap = med([r["reap"] for r in runs])
     row("... waiter granted, relative to the holder being reaped (median)",
         ms(reap), "", "negative: granted before the holder's exit completed "
@@ -342,8 +465,20 @@ def main():
             bench_handoff(tmp, int(os.environ.get("GPU_BENCH_HANDOFFS", "10")))
         except Exception as e:  # keep going: report what failed
             row("cuInit / hand-off benchmarks", "failed", "", repr(e)[:200])
+        try:
+            bench_wrapcost(int(os.environ.get("GPU_BENCH_WRAP_RUNS", "5")))
+        except Exception as e:
+            row("wrapper cost", "failed", "", repr(e)[:200])
         py = torch_python()
         if py:
+            try:
+                bench_queries(py, tmp, int(os.environ.get("GPU_BENCH_QUERIES", "3")))
+            except Exception as e:
+                row("queries", "failed", "", repr(e)[:200])
+            try:
+                bench_launches(py, tmp, int(os.environ.get("GPU_BENCH_LAUNCHES", "3")))
+            except Exception as e:
+                row("launches", "failed", "", repr(e)[:200])
             try:
                 bench_b2b(py, tmp, reps)
             except Exception as e:

@@ -19,6 +19,11 @@ Expectations (comma-separated in jobs.tsv):
   nowait    must not have printed it; must finish while the holder holds
   holder    the job that holds the GPU while `nowait` commands run
   result    must journal result ok=1 (implied by gpu and lease)
+  whileidle must not queue, and must end before the harness's idle-end
+            (it ran while query processes idled, holding nothing)
+Harness events: `nvml` (NVML's compute processes on the GPU, `apps`, must
+number exactly `want`: nothing else touched the GPU), `release`,
+`idle-end`.
 """
 
 import collections
@@ -133,6 +138,8 @@ def check_job(d, tag, expect, events):
         notes.append("did not queue")
     if "mustwait" in expect and not waits:
         fails.append("expected to queue, but printed no waiting line")
+    if "whileidle" in expect and waits:
+        fails.append("queued, although only query processes were alive")
     if "nowait" in expect and waits:
         fails.append("waited for the GPU although it never uses CUDA")
     other = [ln for ln in err.splitlines()
@@ -175,6 +182,40 @@ def scenario_checks(name, d, jobs, events):
                 else:
                     notes.append(f"{tag} began {secs(b - e.t)} after the "
                                  f"SIGKILL of {victim}")
+    for e in J.by_kind(events, "nvml"):
+        apps = [a for a in e.get("apps", "-").split(":") if a and a != "-"]
+        want = int(e.get("want", "0"))
+        why = e.get("why", "").replace("_", " ")
+        if len(apps) != want:
+            fails.append(f"NVML listed {len(apps)} compute processes "
+                         f"({', '.join(apps) or 'none'}) where {want} "
+                         f"should be ({why})")
+        else:
+            notes.append(f"NVML: {len(apps)} compute process"
+                         f"{'es' * (len(apps) != 1)} ({why})")
+    idle_end = [e.t for e in J.by_kind(events, "idle-end")]
+    for tag, expect, _ in jobs:
+        if "whileidle" not in expect:
+            continue
+        e_end = last(tag, "end")
+        if not idle_end or e_end is None or e_end >= min(idle_end):
+            fails.append(f"{tag} did not finish while the query processes "
+                         f"idled")
+        else:
+            notes.append(f"{tag} ran while the query processes idled")
+    for tag, expect, _ in jobs:
+        if tag != "qcg":
+            continue
+        cpu = [e.t for e in by_tag[tag] if e["ev"] == "info"
+               and e.get("stage") == "cpu-done"]
+        rel = [e.t for e in J.by_kind(events, "release")]
+        b = first(tag, "begin")
+        if cpu and rel and b is not None and cpu[0] < rel[0] < b:
+            notes.append("qcg finished its CPU work while the GPU was held "
+                         "and began only after the holder let go")
+        else:
+            fails.append("qcg: CPU work not done before the release, or "
+                         "began before it")
     holders = [t for t, x, _ in jobs if "holder" in x]
     for h in holders:
         hb, he = first(h, "begin"), last(h, "end")

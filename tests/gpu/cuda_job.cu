@@ -2,7 +2,10 @@
 // built twice: default static cudart and --cudart shared. A saxpy kernel
 // launched ITERS times on 16M floats, checked exactly (y = 2 + ITERS).
 //   cuda_job [ITERS]
+//   cuda_job query   cudaGetDeviceCount + cudaGetDeviceProperties only (no
+//                    context), journaled as info; result ok=1 if one device
 #include <cuda_runtime.h>
+#include <string.h>
 #include "gjournal.h"
 
 __global__ void saxpy(int n, float a, const float *x, float *y)
@@ -30,6 +33,17 @@ int main(int argc, char **argv)
 	long long pre = gj_now(), init;
 	float *x, *y, *h;
 
+	if (argc > 1 && !strcmp(argv[1], "query")) {
+		cudaDeviceProp prop;
+		int count = 0;
+
+		CK(cudaGetDeviceCount(&count));
+		CK(cudaGetDeviceProperties(&prop, 0));
+		gj_write(0, "info", "count=%d cc=%d.%d call_ns=%lld", count,
+			 prop.major, prop.minor, gj_now() - pre);
+		gj_write(0, "result", "ok=%d count=%d", count == 1, count);
+		return count != 1;
+	}
 	CK(cudaGetDeviceCount(&bad)); /* cuInit happens in here */
 	init = gj_now();
 	CK(cudaFree(0));

@@ -10,6 +10,10 @@
  *   cujob init          time cuInit only: prints "cuinit_ns=.. start_ns=..
  *                       ret_ns=.. real_ns=.. rc=.. job=.." (ret_ns monotonic,
  *                       real_ns CLOCK_REALTIME, both right after cuInit)
+ *   cujob first         cuInit, then the first device call (retain the
+ *                       primary context, where the lease is taken): prints
+ *                       "cuinit_ns=.. first_ns=.. ret_ns=.. real_ns=.. rc=..
+ *                       job=.." (ret_ns, real_ns right after the retain)
  *   cujob now           print CLOCK_MONOTONIC ns (no CUDA at all)
  */
 #define _GNU_SOURCE
@@ -99,6 +103,26 @@ int main(int argc, char **argv)
 		clock_gettime(CLOCK_REALTIME, &rt);
 		printf("cuinit_ns=%lld start_ns=%lld ret_ns=%lld real_ns=%lld "
 		       "rc=%d job=%s\n", t1 - t0, t0, t1,
+		       (long long)rt.tv_sec * 1000000000LL + rt.tv_nsec, rc,
+		       gj_env("GPUMUTEX_JOB"));
+		return rc != 0;
+	}
+	if (strcmp(mode, "first") == 0) {
+		long long t0 = gj_now(), t1, t2;
+		int rc = cuInit(0);
+		CUcontext ctx = NULL;
+		CUdevice dev = 0;
+		struct timespec rt;
+
+		t1 = gj_now();
+		if (!rc)
+			rc = cuDeviceGet(&dev, 0);
+		if (!rc)
+			rc = cuDevicePrimaryCtxRetain(&ctx, dev);
+		t2 = gj_now();
+		clock_gettime(CLOCK_REALTIME, &rt);
+		printf("cuinit_ns=%lld first_ns=%lld ret_ns=%lld real_ns=%lld "
+		       "rc=%d job=%s\n", t1 - t0, t2 - t1, t2,
 		       (long long)rt.tv_sec * 1000000000LL + rt.tv_nsec, rc,
 		       gj_env("GPUMUTEX_JOB"));
 		return rc != 0;

@@ -133,7 +133,21 @@ def mode_numba():
     return gj.result(ok, path=path, gpus=len(cuda.gpus), **notes)
 
 
-MODES = {"jax": mode_jax, "cupy": mode_cupy, "numba": mode_numba}
+def mode_cupy_query():
+    """CuPy's runtime queries only (no context): the runtime's cuInit and
+    private functions; journals the time and its pid."""
+    import cupy
+    t0 = gj.now()
+    n = cupy.cuda.runtime.getDeviceCount()
+    p = cupy.cuda.runtime.getDeviceProperties(0)
+    t1 = gj.now()
+    gj.info(stage="queried", qpid=os.getpid(), call_ns=t1 - t0, count=n)
+    return gj.result(n == 1 and p["major"] >= 7, count=n,
+                     call_ms=f"{(t1 - t0) / 1e6:.0f}")
+
+
+MODES = {"jax": mode_jax, "cupy": mode_cupy, "numba": mode_numba,
+         "cupy-query": mode_cupy_query}
 
 if __name__ == "__main__":
     sys.exit(MODES[sys.argv[1]]())

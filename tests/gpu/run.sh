@@ -21,6 +21,14 @@
 #             is_available() under the preload while another job holds the
 #             GPU: they must not wait (the holder is released only after they
 #             all returned), and a CUDA job started meanwhile must queue
+#   6-queries device queries while another job holds the GPU (torch
+#             is_available with and without the NVML check, device
+#             properties, CuPy, an nvcc program): no waiting line, done while
+#             held; a torch job waiting at its first context and one that
+#             queries, works on the CPU and only then queues; NVML's list of
+#             the GPU's compute processes holds only the holder meanwhile
+#             (nothing else touched the GPU); two query processes idle
+#             afterwards and a third job runs while they do (not delayed)
 #
 # Environment: GPU_PYTHON (python with the frameworks; default python3),
 # NVCC (default /usr/local/cuda/bin/nvcc), GPU_SCENARIOS (e.g. "1 4").
@@ -30,7 +38,7 @@ cd "$REPO" || exit 1
 OUTDIR=${1:-build/gpu-check}
 PY=${GPU_PYTHON:-python3}
 NVCC=${NVCC:-/usr/local/cuda/bin/nvcc}
-SCENARIOS=${GPU_SCENARIOS:-1 2 3 4 5}
+SCENARIOS=${GPU_SCENARIOS:-1 2 3 4 5 6}
 B=$REPO/build/gpu
 RUN=$REPO/build/gpumutex-run
 mkdir -p "$OUTDIR" "$B" && OUTDIR=$(cd "$OUTDIR" && pwd) || exit 1
@@ -154,7 +162,10 @@ scenario_1() {
 	for i in 1 2 3 4; do
 		launch $s mm$i gpu 300 "torch bf16 matmuls 1 s, checked (A@I, float64 vs CPU)" -- "$PY" $T mm
 	done
-	launch $s avail lease 300 "torch.cuda.is_available() + device_count() only" -- "$PY" $T avail
+	launch $s avail result 300 "torch.cuda.is_available() + device_count() only (holds nothing)" -- "$PY" $T avail
+	launch $s compile gpu 300 "torch.compile of a small function, checked against eager" -- \
+		TORCHINDUCTOR_CACHE_DIR="$OUTDIR/$s/inductor-cache" TRITON_CACHE_DIR="$OUTDIR/$s/triton-cache" "$PY" $T compile
+	launch $s graphs gpu 300 "CUDA graph captured and replayed 100 times, checked" -- "$PY" $T graphs
 	launch $s subproc gpu 300 "CUDA, then subprocess.run children using CUDA (torch, env=None; ctypes libcuda, env=os.environ)" -- "$PY" $T subproc
 	launch $s mp-spawn gpu 300 "torch.multiprocessing.spawn, 2 workers meeting at a barrier after CUDA init" -- "$PY" $T mp
 	launch $s dataloader gpu 300 "CUDA, then DataLoader num_workers=2 forked (2 epochs)" -- "$PY" $T dataloader
@@ -238,7 +249,57 @@ scenario_5() {
 	finish
 }
 
-declare -A DIRS=([1]=1-torch [2]=2-frameworks [3]=3-native [4]=4-sigkill [5]=5-no-cuda)
+# nvml SCEN WHY WANT: journal NVML's list of the GPU's compute processes
+# (check.py: it must hold exactly WANT processes).
+nvml() {
+	local apps
+	apps=$(nvidia-smi --query-compute-apps=pid --format=csv,noheader 2>/dev/null |
+		tr -d ' ' | paste -sd: -)
+	jw "$1" "ev=nvml pid=$$ job=- tag=nvml role=harness apps=${apps:--} want=$3 why=$2"
+}
+stage() { grep -q "^ev=info .* tag=$2 .*stage=$3" "$OUTDIR/$1/journal" 2>/dev/null; }
+done_rc() { [ -s "$OUTDIR/$1/$2.rc" ]; }
+
+scenario_6() {
+	local s=6-queries d=$OUTDIR/6-queries
+	mkfifo "$d/hold.fifo" "$d/idle.fifo"
+	STDIN=$d/hold.fifo launch $s holder gpu,holder 300 "C -lcuda job holding the GPU until its stdin closes" -- "$B/cujob" hold
+	exec 7>"$d/hold.fifo"
+	wait_for 60 began $s holder || note $s "holder never began"
+	launch $s waiter gpu,mustwait 300 "torch mm started while held: waits at its first context" -- "$PY" $T mm
+	launch $s qcg gpu,mustwait 300 "queries, 1 s of CPU work, then GPU work: queues only at the GPU work" -- "$PY" $T qcg
+	nowait $s q-avail nowait,result "is_available() + device_count() (gpumutex-run sets the NVML check)" -- "$PY" $T query avail
+	nowait $s q-cuinit nowait,result "is_available() with PYTORCH_NVML_BASED_CUDA_CHECK=0: the runtime's cuInit and private queries" -- "$PY" $T query cuinit
+	nowait $s q-props nowait,result "get_device_name/properties/capability (runtime cuInit)" -- "$PY" $T query props
+	nowait $s q-cupy nowait,result "CuPy getDeviceCount + getDeviceProperties" -- "$PY" $O cupy-query
+	if [ -x "$B/cuda_job_static" ]; then
+		nowait $s q-nvcc nowait,result "nvcc program (static cudart): cudaGetDeviceCount + cudaGetDeviceProperties" -- "$B/cuda_job_static" query
+	else
+		skipjob $s q-nvcc nowait "nvcc program queries" "no nvcc build"
+	fi
+	STDIN=$d/idle.fifo launch $s idle-props result 300 "get_device_properties, then idles until the end" -- "$PY" $T query props --stdin
+	STDIN=$d/idle.fifo launch $s idle-cuinit result 300 "is_available() with the runtime's cuInit, then idles until the end" -- "$PY" $T query cuinit --stdin
+	exec 8>"$d/idle.fifo"
+	wait_for 120 queued $s waiter || note $s "waiter never queued"
+	wait_for 120 stage $s qcg cpu-done || note $s "qcg never finished its CPU work"
+	wait_for 60 queued $s qcg || note $s "qcg never queued"
+	wait_for 120 stage $s idle-props queried || note $s "idle-props never queried"
+	wait_for 120 stage $s idle-cuinit queried || note $s "idle-cuinit never queried"
+	nvml $s "held:_waiter_and_qcg_queued,_two_query_processes_idle" 1
+	jw $s "ev=release pid=$$ job=- tag=holder role=harness"
+	exec 7>&-
+	wait_for 300 done_rc $s waiter
+	wait_for 300 done_rc $s qcg
+	wait_for 60 done_rc $s holder
+	nvml $s "only_the_idle_query_processes_left" 0
+	launch $s third gpu,whileidle 300 "torch mm started while the two query processes idle: not delayed" -- "$PY" $T mm
+	wait_for 300 done_rc $s third
+	jw $s "ev=idle-end pid=$$ job=- tag=harness role=harness"
+	exec 8>&-
+	finish
+}
+
+declare -A DIRS=([1]=1-torch [2]=2-frameworks [3]=3-native [4]=4-sigkill [5]=5-no-cuda [6]=6-queries)
 for n in $SCENARIOS; do
 	[ -n "${DIRS[$n]-}" ] || { echo "gpu-check: no scenario $n"; exit 2; }
 	mkdir -p "$OUTDIR/${DIRS[$n]}"

@@ -27,6 +27,23 @@ Modes:
   dataloader                   CUDA first, then a DataLoader with 2 forked
                                workers (CPU dataset), two epochs
   holdloop [--seconds S]       matmuls with a tick every few ms until killed
+  query KIND [--stdin]         device queries only, no context: KIND avail
+                               (is_available + device_count), props
+                               (get_device_name/properties/capability),
+                               cuinit (is_available with the NVML check off:
+                               the runtime's cuInit and private queries);
+                               journals info with its pid and the time the
+                               queries took; --stdin: then waits for EOF on
+                               stdin, holding nothing
+  qcg                          queries, then 1 s of CPU work, then GPU work:
+                               journals info stage=queried and stage=cpu-done
+                               before its first CUDA work
+  compile                      torch.compile of a small function on the GPU,
+                               checked against eager
+  graphs                       a CUDA graph captured and replayed 100 times,
+                               checked
+  launches [--n N]             N tiny kernel launches, timed inside (the
+                               launch-heavy loop of bench/gpu_bench.py)
 """
 
 import ctypes
@@ -98,17 +115,114 @@ def mode_avail():
     avail = torch.cuda.is_available()
     count = torch.cuda.device_count()
     t1 = gj.now()
-    cvd = gj.cenv("CUDA_VISIBLE_DEVICES")
     nvml = os.environ.get("PYTORCH_NVML_BASED_CUDA_CHECK") == "1"
-    gj.info(avail=int(avail), count=count, call_ns=t1 - t0, nvml=int(nvml),
-            leased=int(cvd is not None))
-    if cvd is not None:
-        # The gate ran: this process holds the lease (no context) until it
-        # exits. Its holding is journalled like any other.
-        gj.begin(t=t1, kind="lease-only")
-        gj.end()
-    return gj.result(avail and count >= 1, avail=int(avail), count=count,
+    # No context: the process holds no lease (docs/preload.md, "When the
+    # lease is taken"), so it journals no holding.
+    gj.info(avail=int(avail), count=count, call_ns=t1 - t0, nvml=int(nvml))
+    return gj.result(avail and count == 1, avail=int(avail), count=count,
                      call_ms=f"{(t1 - t0) / 1e6:.0f}")
+
+
+def _queries(torch, kind):
+    if kind == "props":
+        name = torch.cuda.get_device_name(0)
+        p = torch.cuda.get_device_properties(0)
+        cap = torch.cuda.get_device_capability(0)
+        return bool(name) and p.total_memory > 0 and cap[0] >= 7, \
+            dict(name=name.replace(" ", "_"), cc="%d.%d" % cap)
+    avail = torch.cuda.is_available()
+    count = torch.cuda.device_count()
+    return avail and count == 1, dict(avail=int(avail), count=count)
+
+
+def mode_query():
+    kind = sys.argv[2]
+    if kind == "cuinit":
+        os.environ["PYTORCH_NVML_BASED_CUDA_CHECK"] = "0"
+    import torch
+    gj.info(stage="start", qpid=os.getpid())
+    t0 = gj.now()
+    ok, kw = _queries(torch, "avail" if kind == "cuinit" else kind)
+    t1 = gj.now()
+    gj.info(stage="queried", qpid=os.getpid(), call_ns=t1 - t0,
+            nvml=os.environ.get("PYTORCH_NVML_BASED_CUDA_CHECK", "-"), **kw)
+    if "--stdin" in sys.argv:
+        sys.stdin.read()
+    return gj.result(ok, call_ms=f"{(t1 - t0) / 1e6:.0f}", **kw)
+
+
+def mode_qcg():
+    import torch
+    ok, kw = _queries(torch, "props")
+    gj.info(stage="queried", qpid=os.getpid(), **kw)
+    a = torch.randn(1024, 1024)
+    stop = time.monotonic() + 1.0
+    while time.monotonic() < stop:
+        a = (a @ a).clamp_(-1, 1)
+    gj.info(stage="cpu-done", qpid=os.getpid())
+    cuda_start(torch)
+    ok2, iters = matmuls(torch, 0.5, 4096)
+    gj.end()
+    return gj.result(ok and ok2, iters=iters)
+
+
+def mode_compile():
+    import torch
+    cuda_start(torch)
+
+    def f(x, y):
+        return torch.sin(x) * torch.cos(y) + x * y
+
+    g = torch.compile(f)
+    x = torch.randn(4096, device="cuda")
+    y = torch.randn(4096, device="cuda")
+    ok = True
+    for _ in range(3):
+        ok &= bool(torch.allclose(g(x, y), f(x, y), atol=1e-5))
+        torch.cuda.synchronize()
+        gj.tick()
+    gj.end()
+    return gj.result(ok)
+
+
+def mode_graphs():
+    import torch
+    cuda_start(torch)
+    x = torch.zeros(1 << 20, device="cuda")
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        x.add_(1)  # warm-up outside the graph
+    torch.cuda.current_stream().wait_stream(s)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        x.add_(1)
+    for _ in range(100):
+        graph.replay()
+    torch.cuda.synchronize()
+    gj.tick()
+    ok = bool((x == 101).all())  # the warm-up and 100 replays (capture runs nothing)
+    gj.end()
+    return gj.result(ok, value=float(x[0]))
+
+
+def mode_launches():
+    import torch
+    n = arg("--n", 20000)
+    cuda_start(torch)
+    x = torch.zeros(16, device="cuda")
+    for _ in range(1000):
+        x.add_(1)
+    torch.cuda.synchronize()
+    t0 = time.perf_counter_ns()
+    for _ in range(n):
+        x.add_(1)
+    torch.cuda.synchronize()
+    t1 = time.perf_counter_ns()
+    gj.end()
+    ok = float(x[0]) == 1000 + n
+    print("launch_ns=%d" % ((t1 - t0) // n))
+    return gj.result(ok, launch_ns=(t1 - t0) // n)
 
 
 def mode_subproc():
@@ -246,7 +360,9 @@ def mode_holdloop():
 MODES = {"mm": mode_mm, "avail": mode_avail, "subproc": mode_subproc,
          "child-torch": mode_child_torch, "child-ctypes": mode_child_ctypes,
          "mp": mode_mp, "dataloader": mode_dataloader,
-         "holdloop": mode_holdloop}
+         "holdloop": mode_holdloop, "query": mode_query, "qcg": mode_qcg,
+         "compile": mode_compile, "graphs": mode_graphs,
+         "launches": mode_launches}
 
 if __name__ == "__main__":
     sys.exit(MODES[sys.argv[1]]())
