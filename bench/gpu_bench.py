@@ -25,6 +25,7 @@ Prints one Markdown table. Without an NVIDIA GPU it says so, prints the
 table with a `skipped` row and exits 0 (so `make bench` works anywhere).
 """
 
+import glob
 import os
 import shutil
 import statistics
@@ -224,8 +225,9 @@ def bench_b2b(py, tmp, reps, n=6, seconds=1.0):
         *both("teardown"), "interpreter and CUDA context teardown")
     row("... previous job gone -> next job's cuInit returned",
         *both("exit_to_init"),
-        "gpumutex: hand-off + real cuInit; baseline: python start, "
-        "import torch, cuInit")
+        "gpumutex: hand-off + real cuInit, negative when the next job's "
+        "cuInit returned before it waited (the lease is taken at its first "
+        "context); baseline: python start, import torch, cuInit")
     row("... next job's cuInit returned -> first GPU work synchronised",
         *both("ctx"), "CUDA context + first kernel")
     row("previous job gone -> next job's first GPU work synchronised "
@@ -415,9 +417,8 @@ def handoff_once(tmp, i):
     ret = int(v["ret_ns"])
     # The waiter's lease record says when it was granted (CLOCK_REALTIME,
     # written during the grant); cujob printed both clocks after cuInit.
-    rec = [f for f in os.listdir(os.path.join(lockdir, "job"))
-           if f.endswith("-" + v["job"] + ".lease")]
-    with open(os.path.join(lockdir, "job", rec[0])) as f:
+    rec = glob.glob(os.path.join(lockdir, "job", "*", v["job"] + ".lease"))
+    with open(rec[0]) as f:
         start = int(dict(ln.split("=", 1) for ln in f.read().splitlines()
                          if "=" in ln)["start"])
     granted = ret - (int(v["real_ns"]) - start)

@@ -390,3 +390,69 @@ def test_every_wrapper_reaches_its_function(one, stubcall, tmp_path, path):
     for (name, how, rc), reached in zip(calls, logs[True][0]):
         assert rc == "801", name
         assert how == ("wrapped" if reached in wrapped else "direct"), name
+
+
+# ---- A library that finds the driver in its own local scope ------------------
+
+LOCALLIB = r"""
+typedef int CUresult;
+CUresult cuDevicePrimaryCtxRetain(void **, int);
+CUresult cuCtxSetCurrent(void *);
+CUresult cuMemAlloc_v2(unsigned long long *, unsigned long);
+int local_work(void)
+{
+    void *ctx = 0;
+    unsigned long long p = 0;
+    int rc = cuDevicePrimaryCtxRetain(&ctx, 0);
+    if (!rc)
+        rc = cuCtxSetCurrent(ctx);
+    return rc ? rc : cuMemAlloc_v2(&p, 4096);
+}
+"""
+
+LOCALMAIN = r"""
+#include <dlfcn.h>
+#include <stdio.h>
+int main(int argc, char **argv)
+{
+    /* As the CUDA runtime does: the driver RTLD_LOCAL, not global. */
+    void *cu = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL), *lib;
+    int (*init)(unsigned) = (int (*)(unsigned))dlsym(cu, "cuInit");
+    int (*work)(void);
+    printf("init=%d\n", init(0));
+    lib = dlopen(argv[1], RTLD_NOW | RTLD_LOCAL);
+    work = (int (*)(void))dlsym(lib, "local_work");
+    printf("work=%d\n", work());
+    return 0;
+}
+"""
+
+
+def test_library_linked_with_lcuda_in_a_local_scope(one, tmp_path):
+    """Found on the H200 (Triton's driver module): a library dlopened
+    RTLD_LOCAL and linked with -lcuda, in a process whose driver was loaded
+    RTLD_LOCAL by the runtime, binds its driver calls to the library's
+    exported wrappers; the driver is not in the global scope, so the
+    wrappers found no definition after theirs and returned
+    CUDA_ERROR_NO_DEVICE. They now take the driver's own, and the first
+    context still waits for the lease."""
+    fake = REPO / "build" / "tests" / "fakecuda"
+    lib, main = tmp_path / "liblocal.so", tmp_path / "localmain"
+    (tmp_path / "l.c").write_text(LOCALLIB)
+    (tmp_path / "m.c").write_text(LOCALMAIN)
+    subprocess.run(["cc", "-shared", "-fPIC", "-o", str(lib),
+                    str(tmp_path / "l.c"), "-L" + str(fake), "-lcuda"],
+                   check=True)
+    subprocess.run(["cc", "-o", str(main), str(tmp_path / "m.c"), "-ldl"],
+                   check=True)
+    h = Holder(one)
+    p = subprocess.Popen([str(main), str(lib)], env=dict(one, LD_PRELOAD=str(LIB)),
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True)
+    line = p.stderr.readline()
+    assert "waits for 1 GPU of 0" in line, line
+    assert "cuDevicePrimaryCtxRetain" in line
+    assert h.release() == 0
+    out, err = p.communicate(timeout=TIMEOUT)
+    assert fields(out) == {"init": "0", "work": "0"}, out + err
+    check_exclusive(one)

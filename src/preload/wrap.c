@@ -55,6 +55,8 @@ static unsigned spare_used;
 #define LOAD(p) __atomic_load_n(&(p), __ATOMIC_ACQUIRE)
 #define STORE(p, v) __atomic_store_n(&(p), (v), __ATOMIC_RELEASE)
 
+static void *driver_fn(const char *name);
+
 /* What a call that cannot be allowed returns instead of the real
  * function: the gate's (sticky) error. Jumped to with the caller's
  * arguments, which it ignores (every driver function returns CUresult). */
@@ -99,6 +101,13 @@ static void *target(unsigned i, int kind, int *plain)
 		dlerror();
 		if (p && gmp_in_range(gmp_self(), p))
 			p = NULL;
+		/* Not in the global scope after ours: the caller (a library
+		 * dlopened RTLD_LOCAL and linked with -lcuda, as Triton's
+		 * driver module) found the driver in its own local scope,
+		 * where the runtime had loaded it RTLD_LOCAL too. Its
+		 * definition is the driver's own. */
+		if (!p)
+			p = driver_fn(gmp_wrap_names[i]);
 		if (!p)
 			return NULL;
 		STORE(gmp_wrap_plt[i], p);

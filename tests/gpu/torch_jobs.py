@@ -302,9 +302,11 @@ def mode_mp():
     barrier = mp.get_context("spawn").Barrier(2)
     mp.spawn(_mp_worker, args=(barrier, gj.cenv("GPUMUTEX_JOB")), nprocs=2,
              join=True)
-    # The parent never initialised CUDA.
-    return gj.result(gj.cenv("CUDA_VISIBLE_DEVICES") is None, workers=2,
-                     parent_cuda=int(gj.cenv("CUDA_VISIBLE_DEVICES") is not None))
+    # The parent never initialised CUDA (gpumutex-run sets
+    # CUDA_VISIBLE_DEVICES in every job's environment, so ask torch).
+    import torch
+    init = torch.cuda.is_initialized()
+    return gj.result(not init, workers=2, parent_cuda=int(init))
 
 
 def mode_dataloader():
