@@ -456,3 +456,26 @@ def test_library_linked_with_lcuda_in_a_local_scope(one, tmp_path):
     out, err = p.communicate(timeout=TIMEOUT)
     assert fields(out) == {"init": "0", "work": "0"}, out + err
     check_exclusive(one)
+
+
+def test_status_lists_no_process_without_a_lease(one):
+    """gpumutex status: a process that initialised CUDA and only queried is
+    no holder, and neither is one that gave its lease back; the job that
+    then got the GPU is the only holder."""
+    import json
+    q = Probe(one, "gpa2", "init", "query", "eof")
+    q.until("waiting")
+    a = Probe(one, "dlsym", "init", "create", "work", "destroy", "eof",
+              GPUMUTEX_GIVE_BACK_MS="0")
+    a.until("waiting")
+    b = Holder(one)  # gets the GPU once A gave it back
+    st = subprocess.run([str(REPO / "build" / "gpumutex"), "status", "--json",
+                         "--lock-dir", one["GPUMUTEX_LOCK_DIR"]],
+                        capture_output=True, text=True, timeout=TIMEOUT)
+    doc = json.loads(st.stdout)
+    pids = [p for lease in doc["leases"] for p in lease["pids"]]
+    assert pids == [b.pid], doc
+    assert b.release() == 0
+    for p in (q, a):
+        p.p.stdin.close()
+        p.finish()
