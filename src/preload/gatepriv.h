@@ -1,0 +1,38 @@
+/*
+ * gatepriv.h - what gate.c and waitline.c share (preload library only).
+ */
+#ifndef GPUMUTEX_PRELOAD_GATEPRIV_H
+#define GPUMUTEX_PRELOAD_GATEPRIV_H
+
+#include "gate.h"
+#include "lease.h"
+
+/* gm_acquire_hooks.arg of the gate's acquires. */
+struct wait_ctx {
+	const struct gm_config *cfg;
+	const char *call; /* the first device call, or NULL: in cuInit */
+};
+
+/*
+ * gm_acquire_hooks.on_wait: called once per acquire, when the process
+ * first has to wait. Says in one line what it waits for, its place, who
+ * holds the GPUs (a lock-free snapshot of the lock directory), and where
+ * it waits (in cuInit, or at its first device call). Under the gate's
+ * lock only (static buffers).
+ */
+void gmp_on_wait(void *arg, const struct gm_wait_info *w);
+
+/*
+ * Narrow cfg's candidates to the GPUs an inherited CUDA_VISIBLE_DEVICES
+ * allows. Returns 0 (cfg narrowed), 1 ("" or "-1": no GPU wanted), or
+ * -EINVAL with a message in err (UUIDs, not indices, none managed, fewer
+ * than wanted).
+ */
+int gmp_narrow(struct gm_config *cfg, const char *cvd, char *err,
+	       size_t errlen);
+
+/* The job's lease is alive but does not fit this process's settings
+ * (gm_join_check's reason in `why`): say so, on stderr. */
+void gmp_join_refused(const char *cvd, const char *why);
+
+#endif
