@@ -10,6 +10,7 @@ every context (begin/end) and every allocation, launch and synchronise
 import os
 import re
 import subprocess
+import threading
 from pathlib import Path
 
 import pytest
@@ -20,6 +21,27 @@ from test_preload import (LIB, T, TIMEOUT, Holder, built, env, journal,  # noqa:
 REPO = Path(__file__).resolve().parent.parent
 PROBE = T / "lazyprobe"
 PATHS = ["plt", "dlsym", "default", "gpa2", "gpa1"]
+
+
+STARTED = []
+
+
+@pytest.fixture(autouse=True)
+def reap():
+    """Kill what a test started and left running (a failed test's holder
+    would otherwise hold its lock directory's GPU until it is killed)."""
+    yield
+    while STARTED:
+        p = STARTED.pop()
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+
+
+def holder(env):
+    h = Holder(env)
+    STARTED.append(h.p)
+    return h
 
 
 @pytest.fixture
@@ -74,12 +96,13 @@ class Probe:
                                   stdin=subprocess.PIPE,
                                   stdout=subprocess.PIPE,
                                   stderr=subprocess.PIPE, text=True)
+        STARTED.append(self.p)
         self.lines = []
 
     def until(self, prefix):
         """Read stdout up to the line that starts with prefix."""
         while True:
-            line = self.p.stdout.readline()
+            line = readline(self.p, self.p.stdout)
             assert line, "probe ended: %s %s" % (self.lines,
                                                  self.p.stderr.read())
             self.lines.append(line)
@@ -87,7 +110,7 @@ class Probe:
                 return kv("".join(self.lines).replace(" ", "\n"))
 
     def stderr_line(self):
-        line = self.p.stderr.readline()
+        line = readline(self.p, self.p.stderr)
         assert line, self.lines
         return line
 
@@ -104,6 +127,21 @@ class Probe:
         return kv("".join(self.lines).replace(" ", "\n")), err
 
 
+def readline(p, stream):
+    """stream.readline(), failing (and killing p) instead of hanging when
+    nothing comes within TIMEOUT: a wait that should not happen, or a
+    line that never comes with an older library, is a failure."""
+    box = []
+    t = threading.Thread(target=lambda: box.append(stream.readline()),
+                         daemon=True)
+    t.start()
+    t.join(TIMEOUT)
+    if not box:
+        p.kill()
+        pytest.fail("no line from pid %d within %d s" % (p.pid, TIMEOUT))
+    return box[0]
+
+
 def fields(stdout):
     return kv(stdout.replace(" ", "\n"))
 
@@ -115,7 +153,7 @@ def test_queries_do_not_wait_and_take_nothing(one, path):
     """With the one GPU held by another job, cuInit and every pure query
     return at once (GPUMUTEX_TIMEOUT=0 would fail a wait) with the right
     values, the process takes no lease and touches no device."""
-    h = Holder(one)
+    h = holder(one)
     res = run([PROBE, path, "init", "query"], dict(one, GPUMUTEX_TIMEOUT="0"))
     assert res.returncode == 0, res.stderr
     assert res.stderr == ""
@@ -143,7 +181,7 @@ def test_first_context_waits(one, path, first):
     GPU, with the waiting line naming the call; after the holder is done it
     gets the GPU, and its allocation and launch are journaled after the
     holder's end."""
-    h = Holder(one)
+    h = holder(one)
     p = Probe(one, path, "init", "query", first, "work")
     p.until("count=")
     line = p.stderr_line()
@@ -167,7 +205,7 @@ def test_first_context_waits(one, path, first):
 def test_work_without_context_takes_the_lease(one):
     """Any call that is not a pure query takes the lease, even one that
     then fails for want of a context (here a timeout says it waited)."""
-    h = Holder(one)
+    h = holder(one)
     res = run([PROBE, "dlsym", "init", "work"],
               dict(one, GPUMUTEX_TIMEOUT="0"))
     out = fields(res.stdout)
@@ -181,7 +219,7 @@ def test_work_without_context_takes_the_lease(one):
 def test_queries_go_on_while_another_thread_waits(one):
     """One process, threads racing: the query threads finish while the
     work threads still wait for the lease; then the work gets the GPU."""
-    h = Holder(one)
+    h = holder(one)
     p = Probe(one, "gpa2", "init", "race", "8")
     out = p.until("queries-done")
     assert out["working"] == "4"  # all four still waiting
@@ -221,7 +259,7 @@ def test_no_context_gives_the_lease_back_and_queues_again(one, how):
     out = a.until("waiting")
     assert out[drop_ctx] == "0"
     # B waits (no timeout) until A's lease is given back.
-    b = Holder(one)
+    b = holder(one)
     a.send()
     line = a.stderr_line()
     assert "waits for 1 GPU of 0" in line and "pid %d" % b.pid in line, line
@@ -264,7 +302,7 @@ def test_pool_waits_in_cuinit_and_says_why(env):
     at the grant, so cuInit waits when both are busy, and the waiting line
     says that a query is enough to wait here and how to avoid it."""
     env["GPUMUTEX_NUM_DEVICES"] = "1"
-    h1, h2 = Holder(env), Holder(env)
+    h1, h2 = holder(env), holder(env)
     res = run([PROBE, "dlsym", "init"], dict(env, GPUMUTEX_TIMEOUT="0.2"))
     assert fields(res.stdout)["init"] == "100"
     line = [l for l in res.stderr.splitlines() if "waits for" in l]
@@ -283,7 +321,7 @@ def test_pool_query_process_gives_its_gpu_back(env):
     assert out["init"] == "0" and out["count"] == "1"
     # Two jobs, one GPU each, both without a timeout: the second gets the
     # query process's GPU once it was given back.
-    h1, h2 = Holder(env), Holder(env)
+    h1, h2 = holder(env), holder(env)
     assert {h1.out["cvd"], h2.out["cvd"]} == {"0", "1"}
     assert h1.release() == 0 and h2.release() == 0
     q.p.stdin.close()
@@ -445,11 +483,11 @@ def test_library_linked_with_lcuda_in_a_local_scope(one, tmp_path):
                    check=True)
     subprocess.run(["cc", "-o", str(main), str(tmp_path / "m.c"), "-ldl"],
                    check=True)
-    h = Holder(one)
+    h = holder(one)
     p = subprocess.Popen([str(main), str(lib)], env=dict(one, LD_PRELOAD=str(LIB)),
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                          text=True)
-    line = p.stderr.readline()
+    line = readline(p, p.stderr)
     assert "waits for 1 GPU of 0" in line, line
     assert "cuDevicePrimaryCtxRetain" in line
     assert h.release() == 0
@@ -468,7 +506,7 @@ def test_status_lists_no_process_without_a_lease(one):
     a = Probe(one, "dlsym", "init", "create", "work", "destroy", "eof",
               GPUMUTEX_GIVE_BACK_MS="0")
     a.until("waiting")
-    b = Holder(one)  # gets the GPU once A gave it back
+    b = holder(one)  # gets the GPU once A gave it back
     st = subprocess.run([str(REPO / "build" / "gpumutex"), "status", "--json",
                          "--lock-dir", one["GPUMUTEX_LOCK_DIR"]],
                         capture_output=True, text=True, timeout=TIMEOUT)
