@@ -76,4 +76,17 @@ _Static_assert(sizeof(struct gpo_trace_header) == 64, "trace header size");
 _Static_assert(sizeof(struct gpo_trace_rec) == GPO_TRACE_REC_SIZE,
 	       "trace record size");
 
+/* Names of enum gpo_reason (policy.h) for reports and the summary. */
+static inline const char *gpo_reason_name(unsigned r)
+{
+	static const char *const names[] = {
+		"?", "small", "nested", "workspace", "model-cpu", "model-gpu",
+		"ski-rental", "probe", "no-lease", "gpu-busy", "no-memory",
+		"no-backend", "forked", "forced-cpu", "forced-gpu",
+		"unsupported", "fail-alloc", "fail-copy", "fail-kernel",
+		"verify",
+	};
+	return r < sizeof names / sizeof names[0] ? names[r] : "?";
+}
+
 #endif
