@@ -96,6 +96,7 @@ $(B)/tests/%-san: tests/lease/%.c $(B)/liblease-san.a $(LEASE_HDR) tests/lease/t
 # Makefile fragments of the other modules (each defines its own targets).
 -include tests/fakecuda/module.mk
 -include src/preload/module.mk
+-include src/offload/module.mk
 -include src/offload/policy.mk
 
 sanitizer-tests: $(SAN_BINS)
