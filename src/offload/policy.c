@@ -40,12 +40,15 @@
 #include "profile.h"
 #include "tracew.h"
 
-/* pthread_create's default version is GLIBC_2.34 on a new glibc; the
- * library must load on 2.17 (tools/gate.sh), where it is in libpthread. */
+/* These have a GLIBC_2.34 default version on a new glibc; the library
+ * must load on 2.17 (tools/gate.sh), where they are in libpthread (the
+ * others the library uses are bound in src/offload/compat.h). */
 #if defined(__x86_64__)
 __asm__(".symver pthread_create,pthread_create@GLIBC_2.2.5");
+__asm__(".symver pthread_attr_setstacksize,pthread_attr_setstacksize@GLIBC_2.2.5");
 #elif defined(__aarch64__)
 __asm__(".symver pthread_create,pthread_create@GLIBC_2.17");
+__asm__(".symver pthread_attr_setstacksize,pthread_attr_setstacksize@GLIBC_2.17");
 #endif
 
 enum gpo__force { GPO__FORCE_NONE = 0, GPO__FORCE_CPU, GPO__FORCE_GPU };
@@ -74,10 +77,32 @@ static struct {
 	double gpu_s, saved_s, startup_s;
 } gpo__p;
 
-static __thread struct {
+/* Per thread, between decide and observe: the operands' fingerprints
+ * before the call (for the trace). A pthread key, not __thread, which
+ * would make the library need the dynamic linker (__tls_get_addr). */
+struct gpo__pre {
 	const struct gpo_call *c;
 	uint64_t fp[GPO_MAX_BUFS];
-} gpo__pre;
+};
+static pthread_key_t gpo__pre_key;
+static int gpo__pre_ok;
+
+static struct gpo__pre *gpo__pre_get(void)
+{
+	struct gpo__pre *p;
+
+	if (!gpo__pre_ok)
+		return NULL;
+	p = pthread_getspecific(gpo__pre_key);
+	if (!p) {
+		p = calloc(1, sizeof *p);
+		if (p && pthread_setspecific(gpo__pre_key, p) != 0) {
+			free(p);
+			p = NULL;
+		}
+	}
+	return p;
+}
 
 static int64_t gpo__mono(void)
 {
@@ -194,6 +219,7 @@ static void gpo__init(void)
 		int rc = gpo_trace_setup(t, gpo__p.level);
 		if (rc)
 			gpo__say(5, "cannot trace into %s: %s", t, strerror(-rc));
+		gpo__pre_ok = pthread_key_create(&gpo__pre_key, free) == 0;
 	}
 	if (s && strcmp(s, "1") == 0) {
 		gpo__p.summary = 1;
@@ -411,10 +437,13 @@ int gpo_policy_decide(const struct gpo_call *c, struct gpo_decision *d)
 		gpo__p.inflight++;
 	pthread_mutex_unlock(&gpo__lock);
 	if (gpo_trace_on()) {
-		gpo__pre.c = c;
-		for (int i = 0; i < c->nbuf && i < GPO_MAX_BUFS; i++)
-			gpo__pre.fp[i] = c->buf[i].in ?
-				gpo_fingerprint(c->buf[i].ptr, c->buf[i].bytes) : 0;
+		struct gpo__pre *p = gpo__pre_get();
+		if (p) {
+			p->c = c;
+			for (int i = 0; i < c->nbuf && i < GPO_MAX_BUFS; i++)
+				p->fp[i] = c->buf[i].in ? gpo_fingerprint(
+					c->buf[i].ptr, c->buf[i].bytes) : 0;
+		}
 	}
 	errno = saved;
 	return d->device;
@@ -426,7 +455,8 @@ static void gpo__trace_call(const struct gpo_call *c,
 {
 	struct gpo_trace_rec r;
 	const char *name = gpo_op_name(c->op);
-	int rc, pre = gpo__pre.c == c;
+	struct gpo__pre *p = gpo__pre_get();
+	int rc, pre = p && p->c == c;
 
 	memset(&r, 0, sizeof r);
 	r.kind = GPO_TK_CALL;
@@ -459,12 +489,13 @@ static void gpo__trace_call(const struct gpo_call *c,
 		r.buf[i].bytes = b->bytes;
 		r.buf[i].in = b->in;
 		r.buf[i].out = b->out;
-		r.buf[i].fp_before = pre ? gpo__pre.fp[i] : 0;
+		r.buf[i].fp_before = pre ? p->fp[i] : 0;
 		r.buf[i].fp_after = gpo_fingerprint(b->ptr, b->bytes);
 		if (!b->out && !pre && b->in)
 			r.buf[i].fp_before = r.buf[i].fp_after; /* unchanged */
 	}
-	gpo__pre.c = NULL;
+	if (p)
+		p->c = NULL;
 	pthread_mutex_lock(&gpo__tlock);
 	rc = gpo_trace_write(&r);
 	pthread_mutex_unlock(&gpo__tlock);
@@ -518,7 +549,10 @@ static void gpo__summary(void)
 {
 	char line[1024];
 	size_t n;
-	int locked = pthread_mutex_trylock(&gpo__lock) == 0;
+
+	/* Read without the lock: at exit another thread may hold it for
+	 * good (stopped in a GPU start), and a summary must not hang the
+	 * exit; a count off by one is harmless here. */
 
 	n = (size_t)snprintf(line, sizeof line,
 			     "gpu-offload: summary: %llu calls seen, %llu decided, %llu offloaded (GPU %.3f s, start-up %.3f s), predicted time saved %.3f s; reasons:",
@@ -531,7 +565,5 @@ static void gpo__summary(void)
 			n += (size_t)snprintf(line + n, sizeof line - n,
 					      " %s=%llu", gpo_reason_name(r),
 					      (unsigned long long)gpo__p.reasons[r]);
-	if (locked)
-		pthread_mutex_unlock(&gpo__lock);
 	fprintf(stderr, "%s\n", line);
 }
