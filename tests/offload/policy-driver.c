@@ -18,7 +18,7 @@
  *       back as BYTES_OUT): decide, "run" (T_* seconds are reported as taken, no
  *       time passes), observe. A call run on the GPU changes C.
  *   until-stop ...   the same arguments without N: calls until the policy
- *                    stops the GPU (it gave the lease back)
+ *                    stops the GPU (it gave the lease back), or 60 s
  *   touch            change A's contents
  *   fork-hold        fork a child that keeps running (it pauses) and
  *                    holds whatever descriptors it inherited
@@ -32,6 +32,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "policy.h"
@@ -181,7 +182,10 @@ int main(void)
 			answer(counts, s0, t0);
 		} else if (sscanf(line, "until-stop %31s %c %lf %lf %lf %lf %lf",
 				  op, &prec, &f, &bi, &bo, &tc, &tg) == 7) {
-			while (stops == t0)
+			/* 60 s: a hang guard only, so that a policy that
+			 * never gives the GPU back fails the test. */
+			time_t end = time(NULL) + 60;
+			while (stops == t0 && time(NULL) < end)
 				run(op, prec, f, bi, bo, tc, tg, counts);
 			answer(counts, s0, t0);
 		} else if (strncmp(line, "touch", 5) == 0) {
