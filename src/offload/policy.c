@@ -9,7 +9,7 @@
  *   GPU_OFFLOAD_FORCE=cpu|gpu  every decided call on one device
  *   GPU_OFFLOAD_LEVEL=1..10    the level (default 5)
  *   GPU_OFFLOAD_PROFILE=PATH   the machine profile (profile.h has the
- *                              default places)
+ *                              default places; "none": no profile)
  *   GPU_OFFLOAD_TRACE=DIR      one trace file per process in DIR
  *   GPU_OFFLOAD_SUMMARY=1      one summary line on stderr at exit
  *   GPU_OFFLOAD_WATCH_MS       how often a held lease looks for waiters
@@ -206,7 +206,9 @@ static void gpo__init(void)
 	gpo__p.yield_ns = gpo__env_ms("GPU_OFFLOAD_YIELD_MS", 1000);
 	if (gpo__p.watch_ns <= 0)
 		gpo__p.watch_ns = 1000000;
-	if (gpo_profile_path(path, sizeof path) == 0) {
+	if ((s = getenv("GPU_OFFLOAD_PROFILE")) && strcmp(s, "none") == 0) {
+		/* no profile on purpose (calibration's forced passes) */
+	} else if (gpo_profile_path(path, sizeof path) == 0) {
 		int rc = gpo_profile_load(path, &gpo__p.prof, err, sizeof err);
 		if (rc == 0)
 			gpo__p.have_prof = 1;
@@ -221,6 +223,7 @@ static void gpo__init(void)
 			gpo__say(5, "cannot trace into %s: %s", t, strerror(-rc));
 		gpo__pre_ok = pthread_key_create(&gpo__pre_key, free) == 0;
 	}
+	s = getenv("GPU_OFFLOAD_SUMMARY");
 	if (s && strcmp(s, "1") == 0) {
 		gpo__p.summary = 1;
 		atexit(gpo__summary);
