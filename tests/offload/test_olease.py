@@ -67,6 +67,10 @@ def test_a_holder_keeps_the_offloader_on_the_cpu(tmp_path):
     r = d.call(30)
     assert r["gpu"] == 0 and r["starts"] == 0, r
     assert r["reasons"].get("no-lease", 0) >= 1, r
+    # Giving up left no ticket in the queue that would delay others.
+    st = status_json(e)
+    assert st["queue"] == [] and len(st["leases"]) == 1, st
+    assert os.listdir(os.path.join(e["GPUMUTEX_LOCK_DIR"], "queue")) == ["seq"]
     # Refused once, then not asked again on every call: the back-off.
     h.wait()
     r = d.call(30)
@@ -191,6 +195,34 @@ def test_with_libgpumutex_the_lease_lasts_for_the_process(tmp_path):
     assert w.ready()
     w.wait()
     jl.check_exclusive(journal_of(e))
+
+
+def test_inside_a_job_that_holds_the_gpu_it_joins_and_keeps_it(tmp_path):
+    """Under gpumutex-run (GPUMUTEX_JOB set) whose job already holds the GPU
+    through another process: the offloader joins that lease at once, and a
+    waiter does not make it give back a lease that would outlive it."""
+    e = env(tmp_path, GPUMUTEX_JOB="myjob", GPU_OFFLOAD_WATCH_MS="10",
+            GPU_OFFLOAD_YIELD_MS="0")
+    m = jobs.start(HOLDER, holder_env(e) | {"GPUMUTEX_JOB": "myjob"},
+                   ready=True, hold=True)
+    assert m.ready()
+    d = Driver(e)
+    assert d.call(20)["starts"] == 1
+    w = jobs.start(HOLDER, holder_env(e), waiting=True, ready=True, hold=True)
+    assert w.waited()
+    r = d.call(40)
+    assert "no-lease" not in r["reasons"] and r["stops"] == 0, r
+    d.finish()
+    m.wait()
+    assert w.ready()
+    w.wait()
+    # (one lease, journaled under its id by lease-holder and under the job
+    # by the fake driver: compare the waiter with each)
+    ev = journal_of(e)
+    w_begin = min(x.t for x in ev if x["pid"] == str(w.pid)
+                  and x["ev"] == "begin")
+    assert all(x.t < w_begin for x in ev if x["ev"] in ("begin", "tick", "end")
+               and x["pid"] in (str(d.pid), str(m.pid)))
 
 
 def test_not_configured_uses_the_gpu_without_a_lease(tmp_path):
