@@ -245,7 +245,7 @@ static void gpo__event(int kind, double seconds)
 	r.tid = (uint32_t)syscall(SYS_gettid);
 	snprintf(r.opname, sizeof r.opname, "%s", kind == GPO_TK_GPU_START ?
 		 "gpu-start" : kind == GPO_TK_GPU_STOP ? "gpu-stop" :
-		 "lease-refused");
+		 kind == GPO_TK_GPU_KEPT ? "gpu-kept" : "lease-refused");
 	pthread_mutex_lock(&gpo__tlock);
 	rc = gpo_trace_write(&r);
 	pthread_mutex_unlock(&gpo__tlock);
@@ -369,6 +369,8 @@ static int gpo__start(void)
 		}
 	}
 	gpo__event(GPO_TK_GPU_START, (gpo__mono() - t0) / 1e9);
+	if (gpo__p.pinned)
+		gpo__event(GPO_TK_GPU_KEPT, 0);
 	return 0;
 }
 
