@@ -97,6 +97,7 @@ $(B)/tests/%-san: tests/lease/%.c $(B)/liblease-san.a $(LEASE_HDR) tests/lease/t
 -include tests/fakecuda/module.mk
 -include src/preload/module.mk
 -include src/offload/module.mk
+-include src/offload/policy.mk
 
 sanitizer-tests: $(SAN_BINS)
 

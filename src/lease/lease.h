@@ -323,4 +323,32 @@ int gm_state_read_holders(const char *lock_dir, const int *devices,
 			  size_t errlen);
 void gm_state_free(struct gm_state *st);
 
+/* ---- Leases that are given back (gpu-offload) ------------------------- */
+
+/*
+ * For a process that uses a GPU only now and then and gives it back when
+ * someone else wants it (gpu-offload): a lease taken without waiting is
+ * gm_lease_acquire with cfg->timeout_s == 0. Such a claim takes a ticket
+ * like any other and gives up at once, leaving nothing behind, when an
+ * older live claim whose candidates intersect its own is waiting (even if
+ * the devices it wants are free: it never jumps the queue) or when too few
+ * of its candidates are free.
+ *
+ * gm_lease_contended: is a live claim of another job (or another user)
+ * waiting for any of `lease`'s devices, i.e. would giving the lease back
+ * let a waiter in? `job` is the holder's own job (its own processes never
+ * queue behind it: they join). Reads like gm_state_read (no lock, so it
+ * never delays anyone; its cost grows with the number of jobs and waiters
+ * in the directory). Returns 1 or 0, or -errno with a message.
+ *
+ * gm_lease_release: close this process's descriptors of `lease` and clear
+ * it. The lease ends when no other process holds it (a member that joined
+ * it, a forked child): a process that calls this must have stopped using
+ * the devices first (for CUDA: its contexts destroyed), since the next
+ * waiter may be granted them at once.
+ */
+int gm_lease_contended(const char *lock_dir, const struct gm_lease *lease,
+		       const char *job, char *err, size_t errlen);
+void gm_lease_release(struct gm_lease *lease);
+
 #endif
