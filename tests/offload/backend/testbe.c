@@ -8,7 +8,7 @@
  * Controlled by the environment, read at start():
  *   GPU_OFFLOAD_TEST_JOURNAL=path  one line per event, appended:
  *                                  "start", "stop", "run <op> <prec> m n k
- *                                  nrhs int64", "fail <step> <op>"
+ *                                  nrhs int64 pid", "fail <step> <op>"
  *   GPU_OFFLOAD_TEST_FAIL=step[:N][,...]  make step fail (start, alloc,
  *                                  to_device, kernel, to_host): every
  *                                  time, or only its N-th call (from 1)
@@ -215,9 +215,9 @@ static int tb_run(struct gpo_kernel *k)
 	tb_op = k->op;
 	if (k->size < sizeof *k)
 		return -1;
-	tb_log("run %d %c %lld %lld %lld %lld %d", k->op, k->prec,
+	tb_log("run %d %c %lld %lld %lld %lld %d %d", k->op, k->prec,
 	       (long long)k->m, (long long)k->n, (long long)k->k,
-	       (long long)k->nrhs, k->int64);
+	       (long long)k->nrhs, k->int64, (int)getpid());
 	if (tb_fails(S_KERNEL))
 		return -1;
 	if (tb_slow_us > 0) {
