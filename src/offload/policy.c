@@ -7,6 +7,7 @@
  *
  * Configuration, read once at the first decision (nothing at load time):
  *   GPU_OFFLOAD_FORCE=cpu|gpu  every decided call on one device
+ *   GPU_OFFLOAD_VERIFY=1       (the frontend's) decides as FORCE=gpu
  *   GPU_OFFLOAD_LEVEL=1..10    the level (default 5)
  *   GPU_OFFLOAD_PROFILE=PATH   the machine profile (profile.h has the
  *                              default places; "none": no profile)
@@ -195,6 +196,11 @@ static void gpo__init(void)
 		gpo__p.force = GPO__FORCE_GPU;
 	else if (f && *f)
 		gpo__say(2, "GPU_OFFLOAD_FORCE=%s is not cpu or gpu; ignored%s", f, "");
+	/* Verify mode runs every GPU-capable call on both devices: the
+	 * decision is the GPU's (the frontend runs the CPU as well). */
+	s = getenv("GPU_OFFLOAD_VERIFY");
+	if (gpo__p.force == GPO__FORCE_NONE && s && strcmp(s, "1") == 0)
+		gpo__p.force = GPO__FORCE_GPU;
 	if (l && *l) {
 		uint64_t v;
 		if (gm_parse_uint(l, 10, 10, &v) == 0 && v >= 1)

@@ -231,3 +231,15 @@ def test_run_refuses_a_bad_level(tmp_path):
     r = subprocess.run([GPU_OFFLOAD, "run", "--level", "0", "--", "true"],
                        capture_output=True, text=True, timeout=GUARD)
     assert r.returncode == 2 and "--level takes 1 to 10" in r.stderr
+
+
+def test_verify_mode_decides_for_the_gpu(tmp_path):
+    """--verify runs every GPU-capable call on both devices: the policy's
+    decision is the GPU's, whatever the model says (and with no profile)."""
+    e = env(tmp_path, devices=None, GPU_OFFLOAD_VERIFY="1",
+            GPU_OFFLOAD_PROFILE="none")
+    d = Driver(e)
+    r = d.call(5, "gemm d 1e6 1e5 1e5 1e-5 1")
+    rc, err = d.finish()
+    assert r["gpu"] == 5 and r["reasons"] == {"forced-gpu": 5}, r
+    assert err == ""
