@@ -1,12 +1,19 @@
 """Helpers of the offload frontend's tests: the build, the environment of
 a program run under libgpuoffload.so with the test backend, the test
 backend's journal, and comparisons of opcheck's outputs."""
+import ctypes.util
 import os
 import pathlib
+import shutil
 import struct
 import subprocess
 
-import numpy as np
+import pytest
+
+try:
+    import numpy as np
+except ImportError:         # the distro-check roots have no NumPy
+    np = None
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 BUILD = REPO / "build"
@@ -15,13 +22,23 @@ TESTBE = BUILD / "libgpuoffload-test.so"
 T = BUILD / "tests" / "offload"
 PY = "/usr/bin/python3"
 
+# The host-only test packages (.ci/packages, below its marker): NumPy and
+# SciPy, whose dependencies bring libblas.so.3/liblapack.so.3, and gfortran.
+HAVE_LAPACK = bool(ctypes.util.find_library("lapack") and ctypes.util.find_library("blas"))
+HAVE_NUMPY = np is not None
+HAVE_FC = shutil.which("gfortran") is not None
+needs_lapack = pytest.mark.skipif(not (HAVE_LAPACK and HAVE_NUMPY),
+                                  reason="needs python3-numpy (libblas3, liblapack3)")
+needs_fc = pytest.mark.skipif(not HAVE_FC, reason="needs gfortran")
+
 _built = False
 
 
 def build():
     global _built
     if not _built:
-        subprocess.run(["make", "-C", str(REPO), "-s", "offload", "offload-tests"],
+        goals = ["offload", "offload-tests"] + (["offload-ftests"] if HAVE_FC else [])
+        subprocess.run(["make", "-C", str(REPO), "-s"] + goals,
                        check=True, stdout=subprocess.DEVNULL)
         _built = True
 

@@ -11,6 +11,8 @@ import pytest
 
 import ofront as F
 
+pytestmark = F.needs_lapack
+
 OPCHECK = str(F.T / "opcheck")
 
 

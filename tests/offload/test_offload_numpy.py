@@ -6,10 +6,13 @@ suite passes with every call it makes sent to the (test) GPU."""
 import importlib.util
 import subprocess
 
-import numpy as np
 import pytest
 
+np = pytest.importorskip("numpy")
+
 import ofront as F
+
+pytestmark = F.needs_lapack
 
 NPCHECK = str(F.REPO / "tests" / "offload" / "npcheck.py")
 

@@ -1,0 +1,89 @@
+"""libgpuoffload.so under other kinds of callers: a gfortran program
+(hidden string lengths forwarded), BLAS/LAPACK under the scipy_* and
+scipy_*_64_ names of PyPI's wheels loaded with RTLD_LOCAL (found, and
+per calling module; 64-bit pivots), and fork after the GPU started."""
+import subprocess
+
+import pytest
+
+import ofront as F
+
+pytestmark = F.needs_lapack
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _build():
+    F.build()
+
+
+def run(cmd, env, **kw):
+    return subprocess.run(cmd, env=env, capture_output=True, text=True,
+                          timeout=300, **kw)
+
+
+@F.needs_fc
+def test_fortran_program_cpu_identical_and_gpu_right(tmp_path):
+    prog = [str(F.T / "fcheck")]
+    ref = run(prog, F.env(tmp_path))
+    assert ref.returncode == 0 and ref.stderr == ""
+    assert ref.stdout.count("ok=T") == 3, ref.stdout
+    cpu = run(prog, F.env(tmp_path, "cpu"))
+    assert cpu.stdout == ref.stdout and cpu.stderr == ""
+    gpu = run(prog, F.env(tmp_path, "gpu"))
+    assert gpu.returncode == 0 and gpu.stderr == ""
+    assert gpu.stdout.count("ok=T") == 3, gpu.stdout
+    # dgesv, dsyevd (the real call; its workspace query stayed on the
+    # CPU), zgemm
+    assert [(op, p) for op, p, _ in F.runs(tmp_path)] == [
+        (F.OP["gesv"], "d"), (F.OP["syevd"], "d"), (F.OP["gemm"], "z")]
+
+
+@F.needs_fc
+def test_fortran_hidden_string_lengths_are_forwarded(tmp_path):
+    """libflen.so's dsyevd_/zgemm_ read len() of their options: the
+    program passes 'Vectors', 'Upper', 'No transpose', 'Conjugate'."""
+    prog = [str(F.T / "flenmain")]
+    assert run(prog, F.env(tmp_path)).stdout == "lengths 7 5 12 9\n"
+    p = run(prog, F.env(tmp_path, "cpu"))
+    assert p.stdout == "lengths 7 5 12 9\n" and p.stderr == ""
+
+
+CLIENTS = [str(F.T / "libsclient.so"), str(F.T / "libsclientb.so")]
+
+
+def test_scipy_names_behind_rtld_local_are_found_per_module(tmp_path):
+    """Two modules loaded RTLD_LOCAL, each linked with its own copy of a
+    BLAS exporting the wheels' names: each module's calls reach its own
+    copy (5 calls each), through the wrappers."""
+    ref = run([str(F.T / "sdriver")] + CLIENTS, F.env(tmp_path))
+    assert ref.returncode == 0 and "WRONG" not in ref.stdout
+    assert ref.stdout.count("sblas_calls 5") == 2
+    p = run([str(F.T / "sdriver")] + CLIENTS, F.env(tmp_path, "cpu"))
+    assert p.returncode == 0 and p.stderr == ""
+    assert p.stdout == ref.stdout
+
+
+def test_scipy_names_offloaded_with_64_bit_integers(tmp_path):
+    ref = run([str(F.T / "sdriver"), CLIENTS[0]], F.env(tmp_path))
+    p = run([str(F.T / "sdriver"), CLIENTS[0]],
+            F.env(tmp_path, "gpu", GPU_OFFLOAD_MIN_FLOPS=0))
+    assert p.returncode == 0 and p.stderr == "" and "WRONG" not in p.stdout
+    # all five ran on the (test) GPU: none reached libsblas.so
+    assert "sblas_calls 0" in p.stdout
+    gemm, gesv = F.OP["gemm"], F.OP["gesv"]
+    assert F.runs(tmp_path) == [(gemm, "d", 0), (gemm, "d", 1), (gemm, "d", 0),
+                                (gemm, "d", 1), (gesv, "d", 1)]
+    # 64-bit pivots, the same as the CPU library's (and not all trivial)
+    piv = [ln for ln in p.stdout.splitlines() if ln.startswith("ipiv")]
+    ref_piv = [ln for ln in ref.stdout.splitlines() if ln.startswith("ipiv")]
+    assert piv == ref_piv and piv[0] != "ipiv " + " ".join(map(str, range(1, 101)))
+
+
+def test_forked_child_stays_on_the_cpu(tmp_path):
+    p = run([str(F.T / "forkcheck")], F.env(tmp_path, "gpu"))
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert p.stdout == "parent ok\nchild ok\n"
+    # The policy keeps the child on the CPU itself (and the frontend would
+    # refuse the backend there with one line): no kernel from the child.
+    assert len(p.stderr.splitlines()) <= 1, p.stderr
+    assert len(F.runs(tmp_path)) == 1
