@@ -292,13 +292,17 @@ static void *gpo__watch(void *arg)
 		ts.tv_nsec = (long)(gpo__p.watch_ns % 1000000000);
 		while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
 			;
+		/* The look at the lock directory is made without gpo__lock,
+		 * so that it never delays the program's calls: the lease it
+		 * reads stays as it is meanwhile, since only this thread gives
+		 * it back while the GPU is started. */
+		c = gpo_olease_contended();
 		pthread_mutex_lock(&gpo__lock);
 		if (!gpo__p.started || !gpo_olease_held()) {
 			gpo__p.watching = 0;
 			pthread_mutex_unlock(&gpo__lock);
 			return NULL;
 		}
-		c = gpo_olease_contended();
 		now = gpo__mono();
 		if (c == 1 && !gpo__p.draining)
 			gpo__p.draining = 1;
