@@ -78,9 +78,16 @@ class Driver:
                                      bufsize=1)
         self.pid = self.proc.pid
 
-    def send(self, cmd):
+    def send(self, cmd, guard=60):
+        """One command, its answer. `guard` only turns a hang (a policy
+        that waits in the queue, say) into a failure."""
+        import select
         self.proc.stdin.write(cmd + "\n")
         self.proc.stdin.flush()
+        ready, _, _ = select.select([self.proc.stdout], [], [], guard)
+        if not ready:
+            self.proc.kill()
+            raise AssertionError(f"no answer to {cmd!r} in {guard} s")
         line = self.proc.stdout.readline()
         assert line, f"the driver died on {cmd!r}: {self.finish()[1]}"
         return parse(line.strip()) if "=" in line else line.strip()
