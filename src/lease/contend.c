@@ -34,11 +34,3 @@ int gm_lease_contended(const char *lock_dir, const struct gm_lease *lease,
 	gm_state_free(&st);
 	return found;
 }
-
-void gm_lease_release(struct gm_lease *lease)
-{
-	for (int i = 0; i < lease->ndevices; i++)
-		if (lease->fds[i] >= 0)
-			close(lease->fds[i]);
-	memset(lease, 0, sizeof *lease);
-}

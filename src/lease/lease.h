@@ -203,6 +203,16 @@ int gm_job_probe(const char *lock_dir, const char *job,
 		 struct gm_job_state *out, char *err, size_t errlen);
 
 /*
+ * Give this process's part of lease `l` back: close its descriptors (and
+ * set them to -1). The lease ends when the last member lets go; members
+ * that share the descriptions (forked children) or have their own
+ * (joiners) keep it alive, which is why nothing is unlocked here: an OFD
+ * lock belongs to the description, and unlocking it would take it from a
+ * child that shares it. Never fails; async-signal-safe (close(2) only).
+ */
+void gm_lease_release(struct gm_lease *l);
+
+/*
  * For a child forked while another thread of its parent was inside
  * gm_lease_acquire (call it from a pthread_atfork child handler): close
  * the descriptors that acquire had open, which the child inherited. Kept,
@@ -341,14 +351,11 @@ void gm_state_free(struct gm_state *st);
  * never delays anyone; its cost grows with the number of jobs and waiters
  * in the directory). Returns 1 or 0, or -errno with a message.
  *
- * gm_lease_release: close this process's descriptors of `lease` and clear
- * it. The lease ends when no other process holds it (a member that joined
- * it, a forked child): a process that calls this must have stopped using
- * the devices first (for CUDA: its contexts destroyed), since the next
- * waiter may be granted them at once.
+ * Giving the lease back is gm_lease_release (above). A process that calls
+ * it must have stopped using the devices first (for CUDA: its contexts
+ * destroyed), since the next waiter may be granted them at once.
  */
 int gm_lease_contended(const char *lock_dir, const struct gm_lease *lease,
 		       const char *job, char *err, size_t errlen);
-void gm_lease_release(struct gm_lease *lease);
 
 #endif
