@@ -243,3 +243,15 @@ def test_verify_mode_decides_for_the_gpu(tmp_path):
     rc, err = d.finish()
     assert r["gpu"] == 5 and r["reasons"] == {"forced-gpu": 5}, r
     assert err == ""
+
+
+@needs_lapack
+def test_run_measure_traces_and_keeps_everything_on_the_cpu(tmp_path):
+    e = env(tmp_path, devices=None)
+    write_profile(tmp_path, FAST)
+    n, summary, err = run_workload(tmp_path, e, ("--measure",))
+    assert n == 0 and "forced-cpu=" in summary, summary
+    text = subprocess.run([GPU_OFFLOAD, "report", str(tmp_path / "trace")],
+                          capture_output=True, text=True,
+                          timeout=GUARD).stdout
+    assert re.search(r"^ddgemm|^dgemm +\d+", text, re.M), text
