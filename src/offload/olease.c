@@ -23,6 +23,42 @@ static struct {
 	char devs[GM_MAX_DEVICES * 4];
 } gpo__ol;
 
+/*
+ * An inherited CUDA_VISIBLE_DEVICES narrows the candidates, as it does for
+ * libgpumutex (docs/design.md, "Jobs and joining"): "" or "-1" hides every
+ * GPU, so none is used; a list of indices keeps those of the managed
+ * ones. Anything else (UUIDs, a list that leaves too few) is refused:
+ * the GPU stays off rather than used against the user's wish. 0 or -1.
+ */
+static int gpo__narrow(char *err, size_t errlen)
+{
+	const char *cvd = getenv("CUDA_VISIBLE_DEVICES");
+	int list[GM_MAX_DEVICES], n = 0, keep = 0;
+	struct gm_config *c = &gpo__ol.cfg;
+
+	if (!cvd)
+		return 0;
+	if (!*cvd || strcmp(cvd, "-1") == 0) {
+		snprintf(err, errlen, "CUDA_VISIBLE_DEVICES=\"%s\" hides every GPU",
+			 cvd);
+		return -1;
+	}
+	if (gm_parse_devices("CUDA_VISIBLE_DEVICES", cvd, list, &n, err,
+			     errlen) != 0)
+		return -1;
+	for (int i = 0; i < c->ndevices; i++)
+		for (int j = 0; j < n; j++)
+			if (c->devices[i] == list[j])
+				c->devices[keep++] = c->devices[i];
+	if (keep < c->want) {
+		snprintf(err, errlen, "CUDA_VISIBLE_DEVICES=\"%s\" leaves %d of the GPUs gpumutex manages here, fewer than the %d needed",
+			 cvd, keep, c->want);
+		return -1;
+	}
+	c->ndevices = keep;
+	return 0;
+}
+
 static int gpo__configure(char *err, size_t errlen)
 {
 	const char *v = getenv("GPU_OFFLOAD_RETRY_MS");
@@ -40,6 +76,11 @@ static int gpo__configure(char *err, size_t errlen)
 	}
 	if (v && *v && gm_parse_uint(v, 10, 3600000, &ms) != 0)
 		ms = 1000;
+	rc = gpo__narrow(err, errlen);
+	if (rc) {
+		gpo__ol.configured = 3;
+		return GPO_OL_BROKEN;
+	}
 	gpo__ol.backoff0 = gpo__ol.backoff = (int64_t)ms * 1000000;
 	/* The offloader never waits in the queue (issue: it must not hold a
 	 * place in line from inside a BLAS call). */

@@ -253,6 +253,27 @@ def test_a_bad_configuration_keeps_the_gpu_off(tmp_path):
         "gpu-offload: cannot take a gpumutex lease"), err
 
 
+@pytest.mark.parametrize("cvd", ["", "-1"])
+def test_an_inherited_cuda_visible_devices_hiding_all_keeps_it_off(tmp_path,
+                                                                   cvd):
+    e = env(tmp_path, CUDA_VISIBLE_DEVICES=cvd)
+    d = Driver(e)
+    r = d.call(20)
+    rc, err = d.finish()
+    assert r["gpu"] == 0 and r["starts"] == 0, r
+    assert err.count("gpu-offload:") == 1 and "hides every GPU" in err, err
+    assert begins(journal_of(e), d.pid) == []
+
+
+def test_an_inherited_cuda_visible_devices_narrows_the_claim(tmp_path):
+    e = env(tmp_path, devices="0,1", CUDA_VISIBLE_DEVICES="1")
+    d = Driver(e)
+    assert d.call(20)["starts"] == 1
+    d.finish()
+    b = begins(journal_of(e), d.pid)
+    assert len(b) == 1 and b[0]["dev"] == "1", b
+
+
 def test_a_missing_backend_gives_the_lease_back(tmp_path):
     e = env(tmp_path, POLICY_DRIVER_BACKEND="none")
     d = Driver(e)
