@@ -81,6 +81,21 @@ $(OFL_T)/libbadabi.so: $(OFL_BE_SRC) $(OFL_BE_HDR)
 	$(CC) $(WARN) $(CFLAGS) -fPIC -shared -fvisibility=hidden \
 	    -DGPO_TEST_ABI=99 -Isrc/offload -I$(OFL_GEN) -o $@ $(OFL_BE_SRC) -lm
 
+
+
+
+# ---- Benchmark: the added cost of a small call (docs/offload.md) --------------
+.PHONY: bench-offload
+$(B)/bench/offload_small: bench/offload_small.c
+	@mkdir -p $(@D)
+	$(CC) $(WARN) $(CFLAGS) -o $@ $< -Wl,--no-as-needed -l:libblas.so.3
+
+bench-offload: $(OFL_LIB) $(B)/bench/offload_small
+	@$(B)/bench/offload_small > $(B)/bench/offload_small.plain
+	@LD_PRELOAD=$(abspath $(OFL_LIB)) $(B)/bench/offload_small > $(B)/bench/offload_small.preloaded
+	@paste $(B)/bench/offload_small.plain $(B)/bench/offload_small.preloaded | \
+	    awk '{ printf "%-14s without %6.1f ns, with libgpuoffload.so %6.1f ns: +%.1f ns per call\n", $$1, $$2, $$4, $$4 - $$2 }'
+
 -include $(OFL_TSRC)/module.mk
 
 .DEFAULT_GOAL := $(OFFLOAD_SAVED_GOAL)
