@@ -166,6 +166,10 @@ int gpo_olease_pinned(void)
 
 	if (gpo__ol.configured != 1)
 		return 0;
+	/* Joined: another process of our job holds the lease too, so it
+	 * would outlive our giving it back. */
+	if (gpo__ol.held && gpo__ol.lease.joined)
+		return 1;
 	dl_iterate_phdr(gpo__find_gm, &found);
 	return found;
 }

@@ -49,9 +49,10 @@ void gpo_olease_release(int64_t now_ns);
  * so that they do not keep the lease alive once the parent gives it
  * back. */
 void gpo_olease_forget(void);
-/* 1 when libgpumutex is loaded in this process: its cuInit joins our
- * lease and holds it for the life of the process, so giving ours back
- * would free nothing. */
+/* 1 when giving the lease back would free nothing: libgpumutex is loaded
+ * in this process (its cuInit joins our lease and holds it for the life
+ * of the process), or the lease is our job's, joined, which another of
+ * its processes holds. */
 int gpo_olease_pinned(void);
 
 #endif

@@ -7,9 +7,10 @@
  *
  * Configuration, read once at the first decision (nothing at load time):
  *   GPU_OFFLOAD_FORCE=cpu|gpu  every decided call on one device
+ *   GPU_OFFLOAD_VERIFY=1       (the frontend's) decides as FORCE=gpu
  *   GPU_OFFLOAD_LEVEL=1..10    the level (default 5)
  *   GPU_OFFLOAD_PROFILE=PATH   the machine profile (profile.h has the
- *                              default places)
+ *                              default places; "none": no profile)
  *   GPU_OFFLOAD_TRACE=DIR      one trace file per process in DIR
  *   GPU_OFFLOAD_SUMMARY=1      one summary line on stderr at exit
  *   GPU_OFFLOAD_WATCH_MS       how often a held lease looks for waiters
@@ -195,6 +196,11 @@ static void gpo__init(void)
 		gpo__p.force = GPO__FORCE_GPU;
 	else if (f && *f)
 		gpo__say(2, "GPU_OFFLOAD_FORCE=%s is not cpu or gpu; ignored%s", f, "");
+	/* Verify mode runs every GPU-capable call on both devices: the
+	 * decision is the GPU's (the frontend runs the CPU as well). */
+	s = getenv("GPU_OFFLOAD_VERIFY");
+	if (gpo__p.force == GPO__FORCE_NONE && s && strcmp(s, "1") == 0)
+		gpo__p.force = GPO__FORCE_GPU;
 	if (l && *l) {
 		uint64_t v;
 		if (gm_parse_uint(l, 10, 10, &v) == 0 && v >= 1)
@@ -206,7 +212,9 @@ static void gpo__init(void)
 	gpo__p.yield_ns = gpo__env_ms("GPU_OFFLOAD_YIELD_MS", 1000);
 	if (gpo__p.watch_ns <= 0)
 		gpo__p.watch_ns = 1000000;
-	if (gpo_profile_path(path, sizeof path) == 0) {
+	if ((s = getenv("GPU_OFFLOAD_PROFILE")) && strcmp(s, "none") == 0) {
+		/* no profile on purpose (calibration's forced passes) */
+	} else if (gpo_profile_path(path, sizeof path) == 0) {
 		int rc = gpo_profile_load(path, &gpo__p.prof, err, sizeof err);
 		if (rc == 0)
 			gpo__p.have_prof = 1;
@@ -221,6 +229,7 @@ static void gpo__init(void)
 			gpo__say(5, "cannot trace into %s: %s", t, strerror(-rc));
 		gpo__pre_ok = pthread_key_create(&gpo__pre_key, free) == 0;
 	}
+	s = getenv("GPU_OFFLOAD_SUMMARY");
 	if (s && strcmp(s, "1") == 0) {
 		gpo__p.summary = 1;
 		atexit(gpo__summary);
@@ -242,7 +251,7 @@ static void gpo__event(int kind, double seconds)
 	r.tid = (uint32_t)syscall(SYS_gettid);
 	snprintf(r.opname, sizeof r.opname, "%s", kind == GPO_TK_GPU_START ?
 		 "gpu-start" : kind == GPO_TK_GPU_STOP ? "gpu-stop" :
-		 "lease-refused");
+		 kind == GPO_TK_GPU_KEPT ? "gpu-kept" : "lease-refused");
 	pthread_mutex_lock(&gpo__tlock);
 	rc = gpo_trace_write(&r);
 	pthread_mutex_unlock(&gpo__tlock);
@@ -366,6 +375,8 @@ static int gpo__start(void)
 		}
 	}
 	gpo__event(GPO_TK_GPU_START, (gpo__mono() - t0) / 1e9);
+	if (gpo__p.pinned)
+		gpo__event(GPO_TK_GPU_KEPT, 0);
 	return 0;
 }
 

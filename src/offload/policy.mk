@@ -12,6 +12,7 @@
 #   $(B)/gpu-offload       the command (run, report, profile, calibrate)
 #   $(B)/gpu-offload-calib the calibration workload `calibrate` runs
 #   policy-tests           $(B)/tests/offload/{model-unit,policy-driver}
+#   lint-policy            cppcheck on the policy's files (part of `make lint`)
 
 POLICY_SAVED_GOAL := $(.DEFAULT_GOAL)
 
@@ -59,5 +60,13 @@ $(B)/gpu-offload: $(GPO_CLI_MAIN) $(GPO_CLI_HDR) $(POLICY_HDR) \
 $(B)/gpu-offload-calib: src/offload/cli/calib-workload.c
 	@mkdir -p $(@D)
 	$(CC) $(WARN) $(CFLAGS) -o $@ $< -ldl
+
+.PHONY: lint-policy
+lint: lint-policy
+lint-policy:
+	cppcheck --quiet --error-exitcode=1 --enable=warning,portability \
+	  --std=c11 --inline-suppr -Isrc/lease -Isrc/offload -Isrc/offload/cli \
+	  $(POLICY_SRC) src/lease/contend.c src/offload/cli \
+	  tests/offload/model-unit.c tests/offload/policy-driver.c
 
 .DEFAULT_GOAL := $(POLICY_SAVED_GOAL)

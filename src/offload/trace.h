@@ -33,7 +33,10 @@ enum gpo_trace_kind {
 	GPO_TK_CALL = 0,         /* an intercepted call */
 	GPO_TK_GPU_START = 1,    /* the GPU was started: dur = start-up cost */
 	GPO_TK_GPU_STOP = 2,     /* the GPU was given back (a waiter) */
-	GPO_TK_LEASE_REFUSED = 3 /* a lease without waiting was refused */
+	GPO_TK_LEASE_REFUSED = 3,/* a lease without waiting was refused */
+	GPO_TK_GPU_KEPT = 4      /* after a start: the lease cannot be given
+	                          * back (libgpumutex joined it, or it is our
+	                          * job's, held by another process too) */
 };
 
 struct gpo_trace_buf {

@@ -111,13 +111,17 @@ static int run(const char *op, char prec, double flops, double bin,
 			o = i;
 	if (na < (size_t)(bin / 2 / 8) + 1) {
 		na = (size_t)(bin / 2 / 8) + 1;
-		bufa = realloc(bufa, na * 8);
-		memset(bufa, 0, na * 8);
+		free(bufa);
+		bufa = calloc(na, 8);
+		if (!bufa)
+			abort();
 	}
 	if (nc < (size_t)(bin / 2 / 8) + 1) {
 		nc = (size_t)(bin / 2 / 8) + 1;
-		bufc = realloc(bufc, nc * 8);
-		memset(bufc, 0, nc * 8);
+		free(bufc);
+		bufc = calloc(nc, 8);
+		if (!bufc)
+			abort();
 	}
 	memset(&c, 0, sizeof c);
 	c.op = (uint16_t)o;

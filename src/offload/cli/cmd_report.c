@@ -103,7 +103,7 @@ static struct gpo__res *gpo__slot(uint64_t ptr, uint64_t bytes, int add)
 }
 
 static struct {
-	uint64_t procs, calls, starts, stops, refused;
+	uint64_t procs, calls, starts, stops, refused, kept;
 	double startup_s;
 } gpo__tot;
 
@@ -122,6 +122,10 @@ static void gpo__account(const struct gpo_trace_rec *r)
 		if (gpo__tab)
 			memset(gpo__tab, 0, gpo__cap * sizeof *gpo__tab);
 		gpo__used = 0;
+		return;
+	}
+	if (r->kind == GPO_TK_GPU_KEPT) {
+		gpo__tot.kept++;
 		return;
 	}
 	if (r->kind == GPO_TK_LEASE_REFUSED) {
@@ -226,11 +230,12 @@ int gpo_cmd_report(int argc, char **argv)
 			bad |= gpo__file(dirfd(d), e->d_name, argv[1]) != 0;
 	}
 	closedir(d);
-	printf("%s: %llu processes, %llu calls; GPU started %llu times (%.3f s start-up), given back %llu times, %llu leases refused\n",
+	printf("%s: %llu processes, %llu calls; GPU started %llu times (%.3f s start-up), given back %llu times, kept for the process %llu times, %llu leases refused\n",
 	       argv[1], (unsigned long long)gpo__tot.procs,
 	       (unsigned long long)gpo__tot.calls,
 	       (unsigned long long)gpo__tot.starts, gpo__tot.startup_s,
 	       (unsigned long long)gpo__tot.stops,
+	       (unsigned long long)gpo__tot.kept,
 	       (unsigned long long)gpo__tot.refused);
 	printf("%-10s %8s %10s %9s %9s %9s %9s %9s %10s  %s\n", "op", "calls",
 	       "Gflop", "cpu", "cpu s", "gpu", "gpu s", "copy s",
