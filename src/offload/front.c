@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/auxv.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -111,6 +112,25 @@ void gpo_msg_once(int kind, const char *fmt, ...)
 
 /* ---- The call ---------------------------------------------------------------- */
 
+/*
+ * A set-user-ID (or otherwise secure-execution) process, which can have
+ * this library through /etc/ld.so.preload: its environment is the
+ * unprivileged caller's, so nothing here may act on it (load a backend it
+ * names, write traces where it says). Every call passes straight through,
+ * unseen by the policy.
+ */
+static int gpo__secure(void)
+{
+	static int state;       /* 0 unknown, 1 no, 2 yes */
+	int s = __atomic_load_n(&state, __ATOMIC_RELAXED);
+
+	if (!s) {
+		s = getauxval(AT_SECURE) ? 2 : 1;
+		__atomic_store_n(&state, s, __ATOMIC_RELAXED);
+	}
+	return s == 2;
+}
+
 void *gpo_begin(struct gpo_fn *fn, struct gpo_ctx *x, const void *site)
 {
 	int e = errno;
@@ -121,7 +141,10 @@ void *gpo_begin(struct gpo_fn *fn, struct gpo_ctx *x, const void *site)
 	x->t0 = 0;
 	x->copy_in = x->copy_out = 0;
 	x->fail = 0;
-	if (gpo__depth++ > 0) {
+	if (gpo__secure()) {
+		gpo__depth++;
+		x->state = GPO_ST_PASS;
+	} else if (gpo__depth++ > 0) {
 		x->state = GPO_ST_NESTED;
 	} else {
 		/* Field by field, not memset: this is every call's path, and a
@@ -329,7 +352,9 @@ void gpo_end(struct gpo_fn *fn, struct gpo_ctx *x)
 {
 	int e = x->err;
 
-	if (x->state == GPO_ST_NESTED) {
+	if (x->state == GPO_ST_PASS) {
+		/* secure-execution process: not observed */
+	} else if (x->state == GPO_ST_NESTED) {
 		struct gpo_decision d = { GPO_CPU, GPO_R_NESTED, 0, 0 };
 		memset(&x->c, 0, sizeof x->c);
 		x->c.op = fn->op;
