@@ -108,7 +108,8 @@ lint-offload: $(OFL_GEN)/ops.h
 	  --std=c11 --inline-suppr -Isrc/offload -I$(OFL_GEN) -Isrc/lease \
 	  $(OFL_FRONT_SRC) tests/offload/backend tests/offload/opcheck.c \
 	  tests/offload/sblas.c tests/offload/sclient.c tests/offload/sdriver.c \
-	  tests/offload/forkcheck.c tests/offload/securecheck.c bench/offload_small.c
+	  tests/offload/forkcheck.c tests/offload/securecheck.c \
+	  tests/offload/threadcheck.c bench/offload_small.c
 	$(PYTHON) -m py_compile tools/gen_offload.py
 
 -include $(OFL_TSRC)/module.mk

@@ -84,6 +84,16 @@ def test_scipy_names_offloaded_with_64_bit_integers(tmp_path):
     assert piv == ref_piv and piv[0] != "ipiv " + " ".join(map(str, range(1, 101)))
 
 
+def test_threads_share_the_gpu_one_call_at_a_time(tmp_path):
+    """Four threads' dgemm_ calls (64x64, 5e5 flops: the threshold is
+    lowered) all go to the test backend, serialised, each right."""
+    p = run([str(F.T / "threadcheck")],
+            F.env(tmp_path, "gpu", GPU_OFFLOAD_MIN_FLOPS=0))
+    assert p.returncode == 0 and p.stdout == "ok\n", p.stdout + p.stderr
+    assert p.stderr == ""
+    assert len(F.runs(tmp_path)) == 80
+
+
 def test_forked_child_stays_on_the_cpu(tmp_path):
     p = run([str(F.T / "forkcheck")], F.env(tmp_path, "gpu"))
     assert p.returncode == 0, p.stdout + p.stderr
