@@ -85,6 +85,7 @@ enum gpo_state {
 	GPO_ST_CPU,             /* decided: the CPU library runs it */
 	GPO_ST_DONE,            /* the GPU ran it; results are in place */
 	GPO_ST_VERIFY,          /* GPU results staged; the CPU runs it too */
+	GPO_ST_PASS,            /* secure-execution process: straight through */
 };
 
 struct gpo_ctx {

@@ -62,7 +62,7 @@ static int gpo__decline(int reason)
 /* Load and check the backend; caller holds gpo__lock. */
 static int gpo__load(void)
 {
-	const char *path = getenv("GPU_OFFLOAD_BACKEND");
+	const char *path = secure_getenv("GPU_OFFLOAD_BACKEND");
 	static char buf[4096];
 	gpo_backend_entry_fn entry;
 	const struct gpo_backend *be;

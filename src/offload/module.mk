@@ -12,6 +12,8 @@
 #                             wrappers.c, ops.c, ops.h, exports.list/.map
 #   offload-tests             test programs in $(B)/tests/offload
 #   offload-gate              tools/gate.sh on the library as it is now
+#   bench-offload             the nanoseconds added to a small call
+#   lint-offload              cppcheck on the frontend (part of `make lint`)
 
 OFFLOAD_SAVED_GOAL := $(.DEFAULT_GOAL)
 
@@ -80,6 +82,35 @@ $(OFL_T)/libbadabi.so: $(OFL_BE_SRC) $(OFL_BE_HDR)
 	@mkdir -p $(@D)
 	$(CC) $(WARN) $(CFLAGS) -fPIC -shared -fvisibility=hidden \
 	    -DGPO_TEST_ABI=99 -Isrc/offload -I$(OFL_GEN) -o $@ $(OFL_BE_SRC) -lm
+
+
+
+
+# ---- Benchmark: the added cost of a small call (docs/offload.md) --------------
+.PHONY: bench-offload
+$(B)/bench/offload_small: bench/offload_small.c
+	@mkdir -p $(@D)
+	$(CC) $(WARN) $(CFLAGS) -o $@ $< -Wl,--no-as-needed -l:libblas.so.3
+
+bench-offload: $(OFL_LIB) $(B)/bench/offload_small
+	@$(B)/bench/offload_small > $(B)/bench/offload_small.plain
+	@LD_PRELOAD=$(abspath $(OFL_LIB)) $(B)/bench/offload_small > $(B)/bench/offload_small.preloaded
+	@paste $(B)/bench/offload_small.plain $(B)/bench/offload_small.preloaded | \
+	    awk '{ printf "%-14s without %6.1f ns, with libgpuoffload.so %6.1f ns: +%.1f ns per call\n", $$1, $$2, $$4, $$4 - $$2 }'
+
+# ---- Lint: cppcheck on the frontend's files (part of `make lint`) ----------
+OFL_FRONT_SRC := src/offload/front.c src/offload/resolve.c src/offload/gpu.c \
+                 src/offload/verify.c
+.PHONY: lint-offload
+lint: lint-offload
+lint-offload: $(OFL_GEN)/ops.h
+	cppcheck --quiet --error-exitcode=1 --enable=warning,portability \
+	  --std=c11 --inline-suppr -Isrc/offload -I$(OFL_GEN) -Isrc/lease \
+	  $(OFL_FRONT_SRC) tests/offload/backend tests/offload/opcheck.c \
+	  tests/offload/sblas.c tests/offload/sclient.c tests/offload/sdriver.c \
+	  tests/offload/forkcheck.c tests/offload/securecheck.c \
+	  tests/offload/threadcheck.c bench/offload_small.c
+	$(PYTHON) -m py_compile tools/gen_offload.py
 
 -include $(OFL_TSRC)/module.mk
 

@@ -3,11 +3,20 @@
 # (libblas.so.3, liblapack.so.3: python3-numpy's dependencies).
 
 OFL_TCC = $(CC) $(WARN) $(CFLAGS) -Wno-strict-prototypes
-OFL_TESTS := $(OFL_T)/opcheck $(OFL_T)/libbadabi.so $(OFL_T)/forkcheck
+OFL_TESTS := $(OFL_T)/opcheck $(OFL_T)/libbadabi.so $(OFL_T)/forkcheck \
+             $(OFL_T)/securecheck $(OFL_T)/threadcheck
 
 $(OFL_T)/opcheck: $(OFL_TSRC)/opcheck.c
 	@mkdir -p $(@D)
 	$(OFL_TCC) -o $@ $< -Wl,--no-as-needed -l:liblapack.so.3 -l:libblas.so.3 -ldl -lm
+
+$(OFL_T)/securecheck: $(OFL_TSRC)/securecheck.c
+	@mkdir -p $(@D)
+	$(OFL_TCC) -o $@ $< -Wl,--no-as-needed -l:libblas.so.3 -ldl -lm
+
+$(OFL_T)/threadcheck: $(OFL_TSRC)/threadcheck.c
+	@mkdir -p $(@D)
+	$(OFL_TCC) -pthread -o $@ $< -Wl,--no-as-needed -l:libblas.so.3 -ldl -lm
 
 $(OFL_T)/forkcheck: $(OFL_TSRC)/forkcheck.c
 	@mkdir -p $(@D)

@@ -2,10 +2,15 @@
 (hidden string lengths forwarded), BLAS/LAPACK under the scipy_* and
 scipy_*_64_ names of PyPI's wheels loaded with RTLD_LOCAL (found, and
 per calling module; 64-bit pivots), and fork after the GPU started."""
+import os
+import pathlib
+import shutil
 import subprocess
+import tempfile
 
 import pytest
 
+import jobs
 import ofront as F
 
 pytestmark = F.needs_lapack
@@ -79,6 +84,16 @@ def test_scipy_names_offloaded_with_64_bit_integers(tmp_path):
     assert piv == ref_piv and piv[0] != "ipiv " + " ".join(map(str, range(1, 101)))
 
 
+def test_threads_share_the_gpu_one_call_at_a_time(tmp_path):
+    """Four threads' dgemm_ calls (64x64, 5e5 flops: the threshold is
+    lowered) all go to the test backend, serialised, each right."""
+    p = run([str(F.T / "threadcheck")],
+            F.env(tmp_path, "gpu", GPU_OFFLOAD_MIN_FLOPS=0))
+    assert p.returncode == 0 and p.stdout == "ok\n", p.stdout + p.stderr
+    assert p.stderr == ""
+    assert len(F.runs(tmp_path)) == 80
+
+
 def test_forked_child_stays_on_the_cpu(tmp_path):
     p = run([str(F.T / "forkcheck")], F.env(tmp_path, "gpu"))
     assert p.returncode == 0, p.stdout + p.stderr
@@ -87,3 +102,31 @@ def test_forked_child_stays_on_the_cpu(tmp_path):
     # refuse the backend there with one line): no kernel from the child.
     assert len(p.stderr.splitlines()) <= 1, p.stderr
     assert len(F.runs(tmp_path)) == 1
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root (a set-user-ID program)")
+def test_secure_execution_ignores_the_environment(request):
+    """A set-user-ID root program run by uid 4001 (AT_SECURE), with the
+    library and the caller's GPU_OFFLOAD_* asking for the test backend: the
+    call runs on the CPU and the backend is never loaded (it would journal
+    as root into the caller's file)."""
+    # pytest's own tmp_path is closed to other users: a directory of our own
+    d = pathlib.Path(tempfile.mkdtemp(prefix="gpo-suid-", dir="/tmp"))
+    request.addfinalizer(lambda: shutil.rmtree(d, ignore_errors=True))
+    os.chmod(d, 0o777)
+    for f in (F.T / "securecheck", F.LIB, F.TESTBE):
+        shutil.copy(f, d / f.name)
+    os.chmod(d / "securecheck", 0o4755)
+    e = F.env(d, "gpu", backend=d / F.TESTBE.name, GPU_OFFLOAD_MIN_FLOPS=0)
+    p = subprocess.run([str(d / "securecheck"), str(d / F.LIB.name)], env=e,
+                       capture_output=True, text=True, timeout=60,
+                       preexec_fn=jobs.as_user(4001))
+    assert p.returncode == 0 and p.stdout == "ok\n", p.stdout + p.stderr
+    assert F.journal(d) == []
+    # The same program not set-user-ID does use the backend (the test
+    # would show nothing otherwise).
+    os.chmod(d / "securecheck", 0o755)
+    p = subprocess.run([str(d / "securecheck"), str(d / F.LIB.name)], env=e,
+                       capture_output=True, text=True, timeout=60,
+                       preexec_fn=jobs.as_user(4001))
+    assert p.stdout == "ok\n" and len(F.runs(d)) == 1
