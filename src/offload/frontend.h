@@ -85,7 +85,9 @@ enum gpo_state {
 	GPO_ST_CPU,             /* decided: the CPU library runs it */
 	GPO_ST_DONE,            /* the GPU ran it; results are in place */
 	GPO_ST_VERIFY,          /* GPU results staged; the CPU runs it too */
-	GPO_ST_PASS,            /* secure-execution process: straight through */
+	GPO_ST_PASS,            /* secure-execution process, or called from
+	                         * the backend's start/stop/memory: straight
+	                         * through, not observed */
 };
 
 struct gpo_ctx {
@@ -119,6 +121,10 @@ void *gpo_resolve(struct gpo_fn *fn, const void *site) GPO_HIDDEN;
  * call, so that its error conventions hold exactly). */
 int gpo_gpu_call(struct gpo_fn *fn, struct gpo_ctx *x, int stage_only) GPO_HIDDEN;
 void gpo_stage_free(struct gpo_ctx *x) GPO_HIDDEN;
+/* front.c: on (1) / off (0) around calls into the backend that the policy
+ * makes under its lock: wrappers this thread enters meanwhile pass
+ * straight through, unobserved. Nests. */
+void gpo_quiet(int on) GPO_HIDDEN;
 /* The frontend's one-line-per-kind messages (prefixed "gpu-offload: "). */
 #define GPO_MSG_NOFN     0
 #define GPO_MSG_BACKEND  1

@@ -113,6 +113,28 @@ static int gpo__load(void)
 	return 0;
 }
 
+/* The backend's own code (its constructors, start, stop, memory) runs
+ * while the policy holds its lock: quiet, see gpo_quiet. */
+static int gpo__load_quiet(void)
+{
+	int rc;
+
+	gpo_quiet(1);
+	rc = gpo__load();
+	gpo_quiet(0);
+	return rc;
+}
+
+static int gpo__be_start(void)
+{
+	int rc;
+
+	gpo_quiet(1);
+	rc = gpo__be->start();
+	gpo_quiet(0);
+	return rc;
+}
+
 int gpo_gpu_start(void)
 {
 	int e = errno, rc = 0;
@@ -126,9 +148,9 @@ int gpo_gpu_start(void)
 		rc = 0;
 	} else if (gpo__declined) {
 		rc = gpo__declined;
-	} else if (!gpo__be && (rc = gpo__load()) != 0) {
+	} else if (!gpo__be && (rc = gpo__load_quiet()) != 0) {
 		/* declined, said */
-	} else if (gpo__be->start() != 0) {
+	} else if (gpo__be_start() != 0) {
 		gpo_msg_once(GPO_MSG_BACKEND, "the GPU backend %s did not "
 			     "start; every call runs on the CPU",
 			     gpo__be->name ? gpo__be->name : "?");
@@ -150,8 +172,11 @@ void gpo_gpu_stop(void)
 	int e = errno;
 
 	pthread_mutex_lock(&gpo__lock);
-	if (gpo__started && !gpo__forked)
+	if (gpo__started && !gpo__forked) {
+		gpo_quiet(1);
 		gpo__be->stop();
+		gpo_quiet(0);
+	}
 	gpo__started = 0;
 	pthread_mutex_unlock(&gpo__lock);
 	errno = e;
@@ -162,8 +187,10 @@ int gpo_gpu_memory(uint64_t *free_bytes, uint64_t *total_bytes)
 	int e = errno, rc = -1;
 
 	pthread_mutex_lock(&gpo__lock);
+	gpo_quiet(1);
 	if (gpo__started && gpo__be->memory(free_bytes, total_bytes) == 0)
 		rc = 0;
+	gpo_quiet(0);
 	pthread_mutex_unlock(&gpo__lock);
 	errno = e;
 	return rc;

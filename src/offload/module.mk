@@ -75,7 +75,7 @@ OFL_BE_HDR := $(wildcard $(OFL_TSRC)/backend/*.h) src/offload/backend.h \
               $(OFL_GEN)/ops.h
 $(OFL_TESTBE): $(OFL_BE_SRC) $(OFL_BE_HDR)
 	$(CC) $(WARN) $(CFLAGS) -fPIC -shared -fvisibility=hidden \
-	    -Isrc/offload -I$(OFL_GEN) -o $@ $(OFL_BE_SRC) -lm
+	    -Isrc/offload -I$(OFL_GEN) -o $@ $(OFL_BE_SRC) -lm -ldl
 
 # The same, answering another ABI version (the mismatch test).
 $(OFL_T)/libbadabi.so: $(OFL_BE_SRC) $(OFL_BE_HDR)

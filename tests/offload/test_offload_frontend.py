@@ -21,11 +21,11 @@ def _build():
     F.build()
 
 
-def opcheck(tmp_path, tag, env, prefix=None):
+def opcheck(tmp_path, tag, env, prefix=None, timeout=300):
     out = tmp_path / tag
     out.mkdir()
     cmd = [OPCHECK, str(out)] + ([prefix] if prefix else [])
-    p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
     return p, out
 
 
@@ -205,3 +205,18 @@ def test_verify_mode_reports_mismatches_with_the_call(tmp_path, ref):
     lines = p.stderr.splitlines()
     assert len(lines) == 21 and "further mismatches are not shown" in lines[-1]
     assert same_files(ref[1], out) == []
+
+
+def test_backend_calling_host_blas_does_not_deadlock(tmp_path, ref):
+    """The policy starts the backend and asks it for free memory under its
+    own lock; a backend whose code calls the process's BLAS then (the test
+    backend's GPU_OFFLOAD_TEST_BLAS=1: a 2x2 dgemm_ through the wrapper)
+    must pass straight through, not re-enter the policy."""
+    e = F.env(tmp_path, "gpu", GPU_OFFLOAD_MIN_FLOPS=0, GPU_OFFLOAD_TEST_BLAS=1)
+    # a hang guard, not a timing: the call takes milliseconds, a deadlock
+    # for ever (as it did before the backend's calls were made quiet)
+    p, out = opcheck(tmp_path, "blas", e, "dgemm_NN", timeout=120)
+    assert p.returncode == 0 and p.stderr == ""
+    assert F.compare(ref[1], out) == []
+    j = F.journal(tmp_path)
+    assert ["blas", "7"] in j and [r[0] for r in j].count("run") == 1

@@ -17,10 +17,14 @@
  *                                  result (for verify mode's tests)
  *   GPU_OFFLOAD_TEST_MEM=bytes     device memory size (default 16 GiB);
  *                                  allocations beyond it fail
+ *   GPU_OFFLOAD_TEST_BLAS=1        start(), stop() and memory() call the
+ *                                  process's dgemm_ (as a backend whose
+ *                                  libraries use host BLAS might)
  * Built with -DGPO_TEST_ABI=N it answers ABI version N instead (the
  * mismatch test).
  */
 #define _GNU_SOURCE
+#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdarg.h>
@@ -122,22 +126,49 @@ static void tb_config(void)
 		tb_mem_total = (uint64_t)tb_num(s);
 }
 
+/* A 2x2 dgemm_ through the process's global scope: the wrapper, when the
+ * offloader is preloaded. */
+static void tb_blas(void)
+{
+	typedef void gemm_t(const char *, const char *, const int *,
+			    const int *, const int *, const double *,
+			    const double *, const int *, const double *,
+			    const int *, const double *, double *,
+			    const int *, size_t, size_t);
+	const char *s = getenv("GPU_OFFLOAD_TEST_BLAS");
+	gemm_t *gemm;
+	double a[4] = { 1, 2, 3, 4 }, c[4], one = 1, zero = 0;
+	int two = 2;
+
+	if (!s || s[0] != '1')
+		return;
+	gemm = (gemm_t *)dlsym(RTLD_DEFAULT, "dgemm_");
+	if (gemm) {
+		gemm("N", "N", &two, &two, &two, &one, a, &two, a, &two, &zero,
+		     c, &two, 1, 1);
+		tb_log("blas %g", c[0]);
+	}
+}
+
 static int tb_start(void)
 {
 	tb_config();
 	if (tb_fails(S_START))
 		return -1;
+	tb_blas();
 	tb_log("start");
 	return 0;
 }
 
 static void tb_stop(void)
 {
+	tb_blas();
 	tb_log("stop");
 }
 
 static int tb_memory(uint64_t *free_bytes, uint64_t *total_bytes)
 {
+	tb_blas();
 	*total_bytes = tb_mem_total;
 	*free_bytes = tb_mem_total > tb_mem_used ? tb_mem_total - tb_mem_used : 0;
 	return 0;
