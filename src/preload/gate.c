@@ -385,13 +385,18 @@ static int gate_run(int *py)
 	 * a 16 KiB stack): gate_run runs under gate_lock, one thread at a
 	 * time. */
 	static struct gm_config cfg;
+	static struct gm_conf_info conf_info;
 	static char err[GM_ERR_MAX];
 	struct gm_acquire_hooks hooks;
 	struct wait_ctx ctx;
 	const char *cvd;
 	int rc;
 
-	rc = gm_config_from_env(&cfg, err, sizeof err);
+	/* The configuration: /etc/gpumutex.conf (machine-wide mode) and
+	 * the environment, read here, once per process (src/lease/
+	 * conffile.c). Settings an enforcing file refuses are dropped with
+	 * one line; the process queues under the file's. */
+	rc = gm_config_resolve(&cfg, &conf_info, err, sizeof err);
 	if (rc == 1)
 		return 0; /* not configured: pass through */
 	if (rc < 0) {
@@ -399,6 +404,9 @@ static int gate_run(int *py)
 			err);
 		return GMP_CUDA_ERROR_INVALID_VALUE;
 	}
+	if (conf_info.notes[0])
+		gmp_say("%s; this process queues under %s's settings",
+			conf_info.notes, conf_info.file);
 	cvd = getenv("CUDA_VISIBLE_DEVICES");
 	if (cvd) {
 		rc = narrow(&cfg, cvd, err, sizeof err);
