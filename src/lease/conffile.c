@@ -487,7 +487,8 @@ static int resolve(struct gm_config *cfg, struct gm_conf_info *info,
 }
 
 int gm_config_resolve_at(const char *system_path, struct gm_config *cfg,
-			 struct gm_conf_info *info, char *err, size_t errlen)
+			 struct gm_conf_info *info, int flags, char *err,
+			 size_t errlen)
 {
 	struct gm_conf c;
 	const int secure = getauxval(AT_SECURE) != 0;
@@ -505,6 +506,10 @@ int gm_config_resolve_at(const char *system_path, struct gm_config *cfg,
 	rc = gm_conf_load(system_path, 1, &c, err, errlen);
 	if (rc < 0)
 		return rc;
+	if (rc == 1 && (flags & GM_RESOLVE_INSTALLED))
+		return gm__fail(-ENOENT, err, errlen,
+				"this library was installed machine-wide (%s) but the configuration file %s is missing; restore it (gpumutex install --system) or take the library out (gpumutex uninstall --system)",
+				GM_INSTALL_LIB, system_path);
 	info->system_present = rc == 0;
 	info->enforce = rc == 0 && c.enforce;
 	if (rc == 0)
@@ -534,12 +539,19 @@ int gm_config_resolve_at(const char *system_path, struct gm_config *cfg,
 	}
 	rc = resolve(cfg, info, &c, secure, why, err, errlen);
 	free(why);
+	if (rc == 1 && (flags & GM_RESOLVE_INSTALLED))
+		rc = gm__fail(-EINVAL, err, errlen,
+			      "this library was installed machine-wide (%s) but %s names no GPUs (no visible_devices)%s; add visible_devices to %s",
+			      GM_INSTALL_LIB, info->file[0] ? info->file : system_path,
+			      info->user_file ? ", and neither does GPUMUTEX_VISIBLE_DEVICES" : "",
+			      system_path);
 	gm_conf_free(&c);
 	return rc;
 }
 
 int gm_config_resolve(struct gm_config *cfg, struct gm_conf_info *info,
-		      char *err, size_t errlen)
+		      int flags, char *err, size_t errlen)
 {
-	return gm_config_resolve_at(GM_SYSTEM_CONFIG, cfg, info, err, errlen);
+	return gm_config_resolve_at(GM_SYSTEM_CONFIG, cfg, info, flags, err,
+				    errlen);
 }

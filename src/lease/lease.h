@@ -69,6 +69,12 @@ int gm_config_from_env(struct gm_config *cfg, char *err, size_t errlen);
 #define GM_SYSTEM_CONFIG "/etc/gpumutex.conf"
 #endif
 #define GM_CONF_MAX 65536 /* longest configuration file, bytes */
+/* Where `gpumutex install --system` puts the library (and names it in
+ * /etc/ld.so.preload). A library loaded from this path is a machine-wide
+ * install: gm_config_resolve's GM_RESOLVE_INSTALLED. */
+#define GM_INSTALL_LIB "/usr/local/lib/gpumutex/libgpumutex.so"
+/* gm_config_resolve flags. */
+#define GM_RESOLVE_INSTALLED 1
 
 enum {
 	GM_CONF_VISIBLE_DEVICES, GM_CONF_NUM_DEVICES, GM_CONF_LOCK_DIR,
@@ -136,6 +142,10 @@ void gm_conf_free(struct gm_conf *c);
  *   more of them, or another lock directory: such a setting is dropped
  *   (the file's applies) and described in info->notes.
  * In an AT_SECURE process no variable is read (only the system file).
+ * With GM_RESOLVE_INSTALLED in `flags` (the library was loaded from
+ * GM_INSTALL_LIB), a missing system file, or a configuration without
+ * visible devices, is an error instead of a pass-through: a machine-wide
+ * install never lets a process by unqueued because its file went away.
  * Returns 1 when no visible devices result (pass through), 0 when `cfg`
  * is valid, -errno with a message when the file cannot be trusted or read
  * or any setting is malformed (the caller fails closed).
@@ -143,9 +153,10 @@ void gm_conf_free(struct gm_conf *c);
  * --root for tests; the library uses gm_config_resolve only).
  */
 int gm_config_resolve(struct gm_config *cfg, struct gm_conf_info *info,
-		      char *err, size_t errlen);
+		      int flags, char *err, size_t errlen);
 int gm_config_resolve_at(const char *system_path, struct gm_config *cfg,
-			 struct gm_conf_info *info, char *err, size_t errlen);
+			 struct gm_conf_info *info, int flags, char *err,
+			 size_t errlen);
 
 /*
  * Unsigned numbers without the C library (see num.c for why): digits of
