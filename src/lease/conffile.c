@@ -141,6 +141,12 @@ int gm_conf_parse(const char *path, char *text, size_t len,
 		v = kend;
 		while (is_blank(*v))
 			v++;
+		if (kend == key || *v != '=') {
+			/* The line goes into a message on a terminal. */
+			for (char *q = line; *q; q++)
+				if ((unsigned char)*q < 0x20 || *q == 0x7f)
+					*q = '?';
+		}
 		if (kend == key || *v != '=')
 			rc = gm__fail(-EINVAL, err, errlen,
 					"%s line %d: \"%s\" is not a setting; expected \"key = value\" (keys: visible_devices, num_devices, lock_dir, timeout, quiet, recheck_ms, enforce) or a # comment",
