@@ -358,6 +358,9 @@ struct gm_state_lease {
 	int ncandidates;
 	pid_t pids[32];              /* members that announced themselves */
 	int npids;
+	int nhidden;                 /* more members, in another PID
+				      * namespace (their PIDs mean other
+				      * processes here) */
 	char cmd[GM_CMD_MAX];        /* command line of the first member */
 	int64_t start_ns;            /* CLOCK_REALTIME when granted */
 };
@@ -372,6 +375,8 @@ struct gm_state_waiter {
 	int ndevices;
 	int64_t since_ns;            /* CLOCK_REALTIME when it took its ticket */
 	char cmd[GM_CMD_MAX];        /* from /proc, "" when not visible */
+	int pid_hidden;              /* pid is not this process's PID here
+				      * (another PID namespace, or gone) */
 };
 
 struct gm_state_device {
