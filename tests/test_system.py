@@ -48,6 +48,7 @@ SCENARIOS = [
     "programs_without_cuda_run_unchanged",
     "the_library_is_loaded_everywhere",
     "bad_config_files_fail_closed",
+    "non_enforcing_file_gives_defaults",
     "doctor_effective",
     "doctor_broken_setups",
     "uninstall_restores_ld_so_preload_exactly",

@@ -420,6 +420,22 @@ def bad_config_files_fail_closed():
     assert install().returncode == 0
 
 
+@scenario
+def non_enforcing_file_gives_defaults():
+    """enforce = no: the file configures processes that have no variable
+    (env -i still queues), and the environment overrides it."""
+    saved = read(CONF)
+    try:
+        write(CONF, "visible_devices = 0,1\nenforce = no\n")
+        queued_behind_holder(["/usr/bin/env", "-i", PROBE, "work", "1"], clean_env())
+        r = sh(PROBE, "work", "1", env=clean_env(GPUMUTEX_VISIBLE_DEVICES="5"))
+        assert r.stdout.startswith("rc=0\ncvd=5\n") and r.stderr == "", r
+        j = json.loads(sh(GM, "doctor", "--json", env=clean_env()).stdout)
+        assert j["queued"] is True and j["enforce"] is False, j
+    finally:
+        write(CONF, saved)
+
+
 # ---- gpumutex doctor ------------------------------------------------------
 
 def doctor(*extra, **kw):
