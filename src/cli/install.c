@@ -25,15 +25,13 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include "cli.h"
 #include "lease.h"
+#include "sysfile.h"
 
 #define PRELOAD_FILE "/etc/ld.so.preload"
-#define BACKUP_SUFFIX ".gpumutex-backup"
-#define FILE_MAX (1 << 20)
 
 struct opts {
 	const char *prog, *root, *lib;
@@ -50,196 +48,6 @@ static char *rooted(const struct opts *o, const char *path)
 		exit(1);
 	}
 	return p;
-}
-
-/* The whole of a file (no link followed, regular files only): 0 with
- * *text (NUL-terminated) and *st, 1 when it does not exist, -1 after a
- * message. */
-static int slurp(const struct opts *o, const char *path, char **text,
-		 size_t *len, struct stat *st)
-{
-	int fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
-	ssize_t n;
-
-	*text = NULL;
-	*len = 0;
-	if (fd < 0 && errno == ENOENT)
-		return 1;
-	if (fd < 0 || fstat(fd, st) < 0) {
-		fprintf(stderr, "%s: cannot read %s: %s\n", o->prog, path,
-			strerror(errno));
-		if (fd >= 0)
-			close(fd);
-		return -1;
-	}
-	if (!S_ISREG(st->st_mode) || st->st_size > FILE_MAX) {
-		fprintf(stderr, "%s: %s is not a regular file of at most %d bytes; fix or remove it first\n",
-			o->prog, path, FILE_MAX);
-		close(fd);
-		return -1;
-	}
-	*text = malloc((size_t)st->st_size + 2);
-	if (!*text) {
-		close(fd);
-		return -1;
-	}
-	while ((n = read(fd, *text + *len, (size_t)st->st_size + 1 - *len)) > 0)
-		*len += (size_t)n;
-	close(fd);
-	(*text)[*len] = '\0';
-	return 0;
-}
-
-/* Replace `path` by `len` bytes of `text`, atomically, with mode/owner
- * `mode`/0:0; the old contents (if any) go to path BACKUP_SUFFIX first.
- * 0 or -1 after a message. */
-static int replace(const struct opts *o, const char *path, const char *text,
-		   size_t len, mode_t mode, int backup)
-{
-	char *tmp = NULL, *bak = NULL;
-	int fd, rc = -1;
-
-	if (asprintf(&tmp, "%s.gpumutex-tmp.%d", path, (int)getpid()) < 0 ||
-	    asprintf(&bak, "%s%s", path, BACKUP_SUFFIX) < 0)
-		goto out;
-	if (backup) {
-		/* A hard link: the old file stays whole under the backup
-		 * name, and the rename below replaces only the name. */
-		unlink(bak);
-		if (link(path, bak) < 0 && errno != ENOENT) {
-			fprintf(stderr, "%s: cannot keep a backup %s: %s\n",
-				o->prog, bak, strerror(errno));
-			goto out;
-		}
-	}
-	fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
-		  0600);
-	if (fd < 0 || write(fd, text, len) != (ssize_t)len ||
-	    fchown(fd, 0, 0) < 0 || fchmod(fd, mode) < 0 || fsync(fd) < 0) {
-		fprintf(stderr, "%s: cannot write %s: %s\n", o->prog, tmp,
-			strerror(errno));
-		if (fd >= 0)
-			close(fd);
-		unlink(tmp);
-		goto out;
-	}
-	close(fd);
-	if (rename(tmp, path) < 0) {
-		fprintf(stderr, "%s: cannot rename %s to %s: %s\n", o->prog,
-			tmp, path, strerror(errno));
-		unlink(tmp);
-		goto out;
-	}
-	rc = 0;
-out:
-	free(tmp);
-	free(bak);
-	return rc;
-}
-
-static int mkdirs(const char *path)
-{
-	char *p = strdup(path);
-
-	if (!p)
-		return -1;
-	for (char *s = p + 1; *s; s++)
-		if (*s == '/') {
-			*s = '\0';
-			if (mkdir(p, 0755) < 0 && errno != EEXIST) {
-				free(p);
-				return -1;
-			}
-			*s = '/';
-		}
-	free(p);
-	return mkdir(path, 0755) < 0 && errno != EEXIST ? -1 : 0;
-}
-
-/* ---- ld.so.preload ---------------------------------------------------- */
-
-/* Does [line, line+n) name `lib` (blanks around it allowed)? */
-static int is_line(const char *line, size_t n, const char *lib)
-{
-	size_t l = strlen(lib);
-
-	while (n && (*line == ' ' || *line == '\t')) {
-		line++;
-		n--;
-	}
-	while (n && (line[n - 1] == ' ' || line[n - 1] == '\t' ||
-		     line[n - 1] == '\r'))
-		n--;
-	return n == l && memcmp(line, lib, l) == 0;
-}
-
-/* `text` without the lines that name `lib`; *removed counts them. */
-static char *without(const char *text, size_t len, const char *lib,
-		     size_t *outlen, int *removed)
-{
-	char *out = malloc(len + 1);
-	size_t o = 0;
-
-	*removed = 0;
-	if (!out)
-		return NULL;
-	for (size_t i = 0; i < len;) {
-		const char *nl = memchr(text + i, '\n', len - i);
-		size_t n = nl ? (size_t)(nl - (text + i)) : len - i;
-		size_t whole = nl ? n + 1 : n;
-
-		if (is_line(text + i, n, lib))
-			(*removed)++;
-		else {
-			memcpy(out + o, text + i, whole);
-			o += whole;
-		}
-		i += whole;
-	}
-	out[o] = '\0';
-	*outlen = o;
-	return out;
-}
-
-/* Does the library at `lib` (a path inside the root) load into a plain
- * program, silently? Runs /bin/true with it in LD_PRELOAD, chrooted into
- * the root when there is one. 0, or -1 after a message. */
-static int loads(const struct opts *o, const char *lib)
-{
-	int pfd[2];
-	char buf[512];
-	ssize_t n, got = 0;
-	int status;
-	pid_t pid;
-
-	if (pipe(pfd) < 0)
-		return -1;
-	pid = fork();
-	if (pid == 0) {
-		char *env[] = { NULL, "PATH=/usr/bin:/bin", NULL };
-		char *argv[] = { "/bin/true", NULL };
-		if (asprintf(&env[0], "LD_PRELOAD=%s", lib) < 0)
-			_exit(126);
-		dup2(pfd[1], 2);
-		dup2(pfd[1], 1);
-		if (o->root && (chroot(o->root) < 0 || chdir("/") < 0))
-			_exit(126);
-		execve(argv[0], argv, env);
-		_exit(127);
-	}
-	close(pfd[1]);
-	while ((n = read(pfd[0], buf + got, sizeof buf - 1 - (size_t)got)) > 0)
-		got += n;
-	close(pfd[0]);
-	buf[got] = '\0';
-	if (pid < 0 || waitpid(pid, &status, 0) < 0 || !WIFEXITED(status) ||
-	    WEXITSTATUS(status) != 0 || got) {
-		fprintf(stderr, "%s: %s does not load cleanly into /bin/true (%s%s), so it is not added to %s: %s\n",
-			o->prog, lib, o->root ? "in " : "", o->root ? o->root : "",
-			PRELOAD_FILE, got ? buf : "it failed");
-		return -1;
-	}
-	return 0;
 }
 
 /* ---- The configuration file --------------------------------------------- */
@@ -428,11 +236,11 @@ static int copy_lib(const struct opts *o, const char *from, const char *to)
 
 	if (!dir)
 		return -1;
-	rc = slurp(o, from, &text, &len, &st);
+	rc = gm_sys_slurp(o->prog, from, &text, &len, &st);
 	if (rc == 1)
 		fprintf(stderr, "%s: no library at %s; build it (make) or pass --lib PATH\n",
 			o->prog, from);
-	if (rc == 0 && mkdirs(dirname(dir)) < 0) {
+	if (rc == 0 && gm_sys_mkdirs(dirname(dir)) < 0) {
 		fprintf(stderr, "%s: cannot make the directory of %s: %s\n",
 			o->prog, to, strerror(errno));
 		rc = -1;
@@ -440,7 +248,7 @@ static int copy_lib(const struct opts *o, const char *from, const char *to)
 	/* Renamed into place, never written in place: running programs
 	 * map the old file, and rewriting it would crash them. */
 	if (rc == 0)
-		rc = replace(o, to, text, len, 0644, 0);
+		rc = gm_sys_replace(o->prog, to, text, len, 0644, 0);
 	free(text);
 	free(dir);
 	return rc ? -1 : 0;
@@ -471,7 +279,7 @@ int gm_install_main(int argc, char **argv)
 
 	/* 1. The configuration: the old file (if any) must parse, so that
 	 * nothing of an administrator's is lost by accident. */
-	rc = slurp(&o, conf_path, &old, &oldlen, &st);
+	rc = gm_sys_slurp(o.prog, conf_path, &old, &oldlen, &st);
 	if (rc < 0)
 		goto out;
 	if (rc == 0) {
@@ -520,13 +328,13 @@ int gm_install_main(int argc, char **argv)
 		 nc.val[GM_CONF_LOCK_DIR] ? nc.val[GM_CONF_LOCK_DIR] :
 		 GM_DEFAULT_LOCK_DIR);
 
-	rc = slurp(&o, pre_path, &pre, &prelen, &st);
+	rc = gm_sys_slurp(o.prog, pre_path, &pre, &prelen, &st);
 	if (rc < 0)
 		goto out;
 	{
 		size_t restlen;
 		int present;
-		char *rest = without(pre ? pre : "", prelen, GM_INSTALL_LIB,
+		char *rest = gm_sys_without(pre ? pre : "", prelen, GM_INSTALL_LIB,
 				     &restlen, &present);
 		int conf_same = old && !strcmp(old, text);
 		char *newpre = NULL;
@@ -558,7 +366,7 @@ int gm_install_main(int argc, char **argv)
 			goto out;
 		printf("gpumutex install: %s installed\n", lib_to);
 		if (!conf_same) {
-			if (replace(&o, conf_path, text, strlen(text), 0644,
+			if (gm_sys_replace(o.prog, conf_path, text, strlen(text), 0644,
 				    old != NULL))
 				goto out;
 			printf("gpumutex install: %s written%s\n", conf_path,
@@ -578,14 +386,14 @@ int gm_install_main(int argc, char **argv)
 			status = 0;
 			goto out;
 		}
-		if (loads(&o, GM_INSTALL_LIB))
+		if (gm_sys_loads(o.prog, o.root, GM_INSTALL_LIB))
 			goto out;
 		/* First: ahead of other preloaded libraries, whose own
 		 * interposers would otherwise see the driver first. */
 		if (asprintf(&newpre, "%s\n%s", GM_INSTALL_LIB,
 			     pre ? pre : "") < 0)
 			goto out;
-		rc = replace(&o, pre_path, newpre, strlen(newpre),
+		rc = gm_sys_replace(o.prog, pre_path, newpre, strlen(newpre),
 			     pre ? st.st_mode & 07777 : 0644, pre != NULL);
 		free(newpre);
 		if (rc)
@@ -621,11 +429,11 @@ int gm_uninstall_main(int argc, char **argv)
 		return rc;
 	pre_path = rooted(&o, PRELOAD_FILE);
 	lib_path = rooted(&o, GM_INSTALL_LIB);
-	rc = slurp(&o, pre_path, &pre, &prelen, &st);
+	rc = gm_sys_slurp(o.prog, pre_path, &pre, &prelen, &st);
 	if (rc < 0)
 		goto out;
 	if (pre)
-		rest = without(pre, prelen, GM_INSTALL_LIB, &restlen, &removed);
+		rest = gm_sys_without(pre, prelen, GM_INSTALL_LIB, &restlen, &removed);
 	if (o.dry) {
 		if (removed)
 			printf("would remove the line %s from %s%s\n",
@@ -655,7 +463,7 @@ int gm_uninstall_main(int argc, char **argv)
 					o.prog, pre_path, strerror(errno));
 				goto out;
 			}
-		} else if (replace(&o, pre_path, rest, restlen,
+		} else if (gm_sys_replace(o.prog, pre_path, rest, restlen,
 				   st.st_mode & 07777, 1)) {
 			goto out;
 		}

@@ -147,12 +147,12 @@ int gm_conf_parse(const char *path, char *text, size_t len,
 				if ((unsigned char)*q < 0x20 || *q == 0x7f)
 					*q = '?';
 		}
-		if (kend == key || *v != '=')
+		if (kend == key || *v != '=') {
 			rc = gm__fail(-EINVAL, err, errlen,
-					"%s line %d: \"%s\" is not a setting; expected \"key = value\" (keys: visible_devices, num_devices, lock_dir, timeout, quiet, recheck_ms, enforce) or a # comment",
-					path, lineno, line);
-		if (rc)
+				      "%s line %d: \"%s\" is not a setting; expected \"key = value\" (keys: visible_devices, num_devices, lock_dir, timeout, quiet, recheck_ms, enforce) or a # comment",
+				      path, lineno, line);
 			break;
+		}
 		*kend = '\0';
 		v++;
 		while (is_blank(*v))
@@ -160,18 +160,18 @@ int gm_conf_parse(const char *path, char *text, size_t len,
 		for (k = 0; k < GM_CONF_NKEYS; k++)
 			if (!strcmp(key, key_names[k]))
 				break;
-		if (k == GM_CONF_NKEYS)
+		if (k == GM_CONF_NKEYS) {
 			rc = gm__fail(-EINVAL, err, errlen,
-					"%s line %d: unknown key \"%s\"; expected one of visible_devices, num_devices, lock_dir, timeout, quiet, recheck_ms, enforce",
-					path, lineno, key);
-		if (rc)
+				      "%s line %d: unknown key \"%s\"; expected one of visible_devices, num_devices, lock_dir, timeout, quiet, recheck_ms, enforce",
+				      path, lineno, key);
 			break;
-		if (c->val[k])
+		}
+		if (c->val[k]) {
 			rc = gm__fail(-EINVAL, err, errlen,
-					"%s line %d: key \"%s\" was already set on line %d; expected each key at most once",
-					path, lineno, key, c->line[k]);
-		if (rc)
+				      "%s line %d: key \"%s\" was already set on line %d; expected each key at most once",
+				      path, lineno, key, c->line[k]);
 			break;
+		}
 		if (!why && !(why = malloc(GM_ERR_MAX))) {
 			rc = gm__fail(-ENOMEM, err, errlen,
 				      "cannot read %s: out of memory", path);

@@ -30,4 +30,5 @@ bash tools/chroot-run.sh "$work/merged" /usr/bin/python3 \
     /gm-src/tests/system/scenarios.py /gm-out || status=$?
 mkdir -p "$out"
 cp -r "$work/merged/gm-out/." "$out/" 2>/dev/null || true
+cleanup
 exit "$status"
