@@ -411,9 +411,16 @@ static int resolve(struct gm_config *cfg, struct gm_conf_info *info,
 		info->from_env = 1;
 	} else if (c->val[GM_CONF_NUM_DEVICES]) {
 		if (gm_parse_want("num_devices", c->val[GM_CONF_NUM_DEVICES],
-				  cfg->ndevices, &cfg->want, why, GM_ERR_MAX))
+				  cfg->ndevices, &cfg->want, why, GM_ERR_MAX)) {
+			/* Most often the environment narrowed the GPUs
+			 * below the file's job size: say so. */
+			if (info->from_env)
+				snprintf(why + strlen(why), GM_ERR_MAX - strlen(why),
+					 " (GPUMUTEX_VISIBLE_DEVICES or the environment left %d; set GPUMUTEX_NUM_DEVICES too)",
+					 cfg->ndevices);
 			return file_fail(info, c, GM_CONF_NUM_DEVICES, why, err,
 					 errlen);
+		}
 		info->from_file = 1;
 	}
 
