@@ -137,3 +137,34 @@ def test_install_refusals(built, tmp_path):
     if os.geteuid() == 0:
         assert r.returncode == 0 and "would write" in r.stdout, r
         assert os.listdir(root / "etc") == []
+
+
+def test_doctor_names_stale_tickets(built, tmp_path):
+    """A waiter killed while queued leaves its (dead) ticket: doctor
+    counts it as stale and harmless, and still says the shell queues."""
+    import select
+    import signal
+    e = fake_driver_env(tmp_path, LD_PRELOAD=LIB, GPUMUTEX_VISIBLE_DEVICES="0")
+
+    def until(f, needle):
+        got = b""
+        while needle not in got:
+            r, _, _ = select.select([f], [], [], 60)
+            assert r, f"no {needle!r} (hang)"
+            chunk = os.read(f.fileno(), 4096)
+            assert chunk, got
+            got += chunk
+
+    h = subprocess.Popen([PROBE, "hold"], env=e, stdin=subprocess.PIPE,
+                         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    until(h.stdout, b"ready")
+    w = subprocess.Popen([PROBE, "work", "1"], env=e, stdin=subprocess.DEVNULL,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    until(w.stderr, b"waits for")
+    w.send_signal(signal.SIGKILL)
+    w.wait()
+    r = subprocess.run([GM, "doctor"], env=e, capture_output=True, text=True)
+    h.stdin.close()
+    h.wait(timeout=60)
+    assert r.returncode == 0, r.stdout
+    assert "1 stale ticket and 0 temporary names" in r.stdout, r.stdout

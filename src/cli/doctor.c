@@ -234,6 +234,39 @@ static int check_lockdir(const struct gm_config *cfg)
 			ok = 0;
 		}
 	}
+	{
+		/* Stale files: tickets of processes that died waiting, and
+		 * temporary names of interrupted claims. Harmless (nobody
+		 * waits for them), and removed by their users' later claims. */
+		DIR *q = gm__listdir(d.queue);
+		struct dirent *de;
+		int dead = 0, tmp = 0;
+
+		while (q && (de = readdir(q)) != NULL) {
+			uint64_t seq, mask;
+			unsigned uid;
+			int pid, want, fd;
+
+			if (!strncmp(de->d_name, ".tmp", 4)) {
+				tmp++;
+				continue;
+			}
+			if (gm__ticket_parse(de->d_name, &seq, &uid, &pid, &want,
+					     &mask, NULL, 0))
+				continue;
+			fd = gm__ticket_open(d.queue, de->d_name, uid, NULL, 0);
+			if (fd < 0)
+				continue;
+			dead += gm__probe(fd, F_WRLCK, 0) != F_WRLCK;
+			close(fd);
+		}
+		if (q)
+			closedir(q);
+		if (dead || tmp)
+			say("lock_dir", NOTE, "%d stale ticket%s and %d temporary name%s in %s/queue (left by processes that died): harmless, removed by their users' later claims",
+			    dead, dead == 1 ? "" : "s", tmp, tmp == 1 ? "" : "s",
+			    cfg->lock_dir);
+	}
 	if (fstat(d.root, &st) == 0)
 		say("lock_dir", ok ? (st.st_uid == 0 ? OK : NOTE) : PROBLEM,
 		    "%s: owned by uid %u, mode %04o%s", cfg->lock_dir,
