@@ -105,12 +105,11 @@ static void print_text(FILE *f, const char *dir, const struct gm_state *st)
 		"WAITED", "WANTS", "OF GPUS", "JOB", "COMMAND");
 	for (int i = 0; i < st->nwaiters; i++) {
 		const struct gm_state_waiter *w = &st->waiters[i];
+		char pid[16];
 
 		user_name(w->uid, user, sizeof user);
 		gm_cli_duration(st->now_ns - w->since_ns, held, sizeof held);
 		gm_format_list(devs, sizeof devs, w->devices, w->ndevices);
-		char pid[16];
-
 		/* Another PID namespace's number would name another process
 		 * here: not shown. */
 		snprintf(pid, sizeof pid, w->pid_hidden ? "elsewhere" : "%d",
