@@ -280,6 +280,9 @@ def test_threads_and_the_watcher_race_free(tmp_path, managed):
             h = jobs.start(HOLDER, he, args=["--ticks", "2"])
             assert h.wait() == 0
     out, err = p.communicate(timeout=GUARD)
+    if "unexpected memory mapping" in err:
+        # a kernel whose address-space randomisation this TSan predates
+        pytest.skip("ThreadSanitizer cannot run on this kernel")
     assert p.returncode == 0 and out == "done\n", err
     assert "ThreadSanitizer" not in err, err
     m = re.search(r"summary: (\d+) calls seen, (\d+) decided", err)
