@@ -60,7 +60,7 @@ $(OFL_UNGATED): $(OFL_OBJ) $(B)/liblease.a $(OFL_GEN)/exports.map
 	$(CC) $(CFLAGS) -shared -Wl,-soname,libgpuoffload.so \
 	    -Wl,--version-script=$(OFL_GEN)/exports.map -Wl,-z,defs \
 	    -o $@ $(OFL_OBJ) $(B)/liblease.a \
-	    -Wl,--no-as-needed -l:libdl.so.2 -Wl,--as-needed -lpthread -lm
+	    -Wl,--no-as-needed -l:libdl.so.2 -Wl,--as-needed -lpthread
 
 $(OFL_LIB): $(OFL_UNGATED) tools/gate.sh $(OFL_GEN)/exports.list
 	bash tools/gate.sh $< $(OFL_GEN)/exports.list

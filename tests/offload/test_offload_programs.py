@@ -130,3 +130,21 @@ def test_secure_execution_ignores_the_environment(request):
                        capture_output=True, text=True, timeout=60,
                        preexec_fn=jobs.as_user(4001))
     assert p.stdout == "ok\n" and len(F.runs(d)) == 1
+
+
+def test_a_name_only_we_define_is_never_resolved_to_ourselves(tmp_path):
+    """scipy_ddot_ exists in this process only as our wrapper (ctypes finds
+    it in the global scope): the wrapper must not call itself; it says so
+    once and returns 0, and the program goes on."""
+    code = ("import ctypes\n"
+            "f = ctypes.CDLL(None).scipy_ddot_\n"
+            "f.restype = ctypes.c_double\n"
+            "n, inc = ctypes.c_int(3), ctypes.c_int(1)\n"
+            "x = (ctypes.c_double * 3)(1, 2, 3)\n"
+            "for _ in range(3):\n"
+            "    r = f(ctypes.byref(n), x, ctypes.byref(inc), x, ctypes.byref(inc))\n"
+            "print('returned', r)\n")
+    p = run([F.PY, "-c", code], F.env(tmp_path, "cpu"))
+    assert p.returncode == 0 and p.stdout == "returned 0.0\n", p.stdout + p.stderr
+    lines = p.stderr.splitlines()
+    assert len(lines) == 1 and "defines scipy_ddot_" in lines[0], p.stderr
