@@ -270,6 +270,7 @@ def test_threads_and_the_watcher_race_free(tmp_path, managed):
     e = env(tmp_path, devices="0" if managed else None,
             GPU_OFFLOAD_SUMMARY="1", GPU_OFFLOAD_WATCH_MS="1",
             GPU_OFFLOAD_YIELD_MS="0", GPU_OFFLOAD_RETRY_MS="1",
+            GPU_OFFLOAD_TRACE=str(tmp_path / "trace"),
             TSAN_OPTIONS="halt_on_error=1 exitcode=66")
     p = subprocess.Popen([MT], env=e, stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE, text=True)
@@ -287,3 +288,7 @@ def test_threads_and_the_watcher_race_free(tmp_path, managed):
     assert "ThreadSanitizer" not in err, err
     m = re.search(r"summary: (\d+) calls seen, (\d+) decided", err)
     assert m and int(m.group(1)) == 160000 and int(m.group(2)) == 106664, err
+    # every call traced, records whole (one write each, under the lock)
+    f, = list((tmp_path / "trace").iterdir())
+    assert (f.stat().st_size - 64) % 320 == 0
+    assert (f.stat().st_size - 64) // 320 >= 160000
