@@ -67,7 +67,6 @@ class Op:
         self.ret = ret or {}      # Fortran function result type per prec
 
 
-TRN = "NTC"
 L3 = 3
 OPS = [
     # ---- BLAS level 3 -------------------------------------------------------
@@ -261,7 +260,6 @@ SCHEMES = [  # (Fortran name, CBLAS name, 64-bit integers)
 CBLAS_NAME = {"dotu": "{n}_sub", "dotc": "{n}_sub"}
 
 CT = {"s": "float", "d": "double", "c": "float", "z": "double"}  # component
-REAL = CT
 
 
 # ---- Generation ----------------------------------------------------------------
@@ -415,10 +413,6 @@ def gen_wrapper(op, p, scheme, cblas, w):
     body.append("}")
     w.append("\n".join(body) + "\n")
     return name
-
-
-def c_expr(e):
-    return e
 
 
 def gen_ops(w):

@@ -106,7 +106,7 @@ lint: lint-offload
 lint-offload: $(OFL_GEN)/ops.h
 	cppcheck --quiet --error-exitcode=1 --enable=warning,portability \
 	  --std=c11 --inline-suppr -Isrc/offload -I$(OFL_GEN) -Isrc/lease \
-	  $(OFL_FRONT_SRC) tests/offload/backend tests/offload/opcheck.c \
+	  $(OFL_FRONT_SRC) tests/offload/backend tests/offload/opcheck.c tests/offload/opcheck_lapack.c \
 	  tests/offload/sblas.c tests/offload/sclient.c tests/offload/sdriver.c \
 	  tests/offload/forkcheck.c tests/offload/securecheck.c \
 	  tests/offload/threadcheck.c bench/offload_small.c

@@ -6,9 +6,9 @@ OFL_TCC = $(CC) $(WARN) $(CFLAGS) -Wno-strict-prototypes
 OFL_TESTS := $(OFL_T)/opcheck $(OFL_T)/libbadabi.so $(OFL_T)/forkcheck \
              $(OFL_T)/securecheck $(OFL_T)/threadcheck
 
-$(OFL_T)/opcheck: $(OFL_TSRC)/opcheck.c
+$(OFL_T)/opcheck: $(OFL_TSRC)/opcheck.c $(OFL_TSRC)/opcheck_lapack.c $(OFL_TSRC)/opcheck.h
 	@mkdir -p $(@D)
-	$(OFL_TCC) -o $@ $< -Wl,--no-as-needed -l:liblapack.so.3 -l:libblas.so.3 -ldl -lm
+	$(OFL_TCC) -o $@ $(filter %.c,$^) -Wl,--no-as-needed -l:liblapack.so.3 -l:libblas.so.3 -ldl -lm
 
 $(OFL_T)/securecheck: $(OFL_TSRC)/securecheck.c
 	@mkdir -p $(@D)

@@ -23,11 +23,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-typedef double complex Z;
-typedef void (*fn_t)();
+#include "opcheck.h"
 
 static const char *outdir, *prefix;
-static char P;                  /* precision of the case */
+char P;                 /* precision of the case */
 static uint64_t seed = 12345;
 static const double SENT = -7777.0;
 
@@ -37,17 +36,12 @@ static double rnd(void)
 	return (double)(seed >> 11) / 9007199254740992.0 - 0.5;
 }
 
-static int cplx(void) { return P == 'c' || P == 'z'; }
-static size_t esz(void) { return P == 's' ? 4 : P == 'd' || P == 'c' ? 8 : 16; }
-static size_t rsz(void) { return P == 's' || P == 'c' ? 4 : 8; }
+int cplx(void) { return P == 'c' || P == 'z'; }
+size_t esz(void) { return P == 's' ? 4 : P == 'd' || P == 'c' ? 8 : 16; }
+size_t rsz(void) { return P == 's' || P == 'c' ? 4 : 8; }
 
-struct buf {
-	void *p;
-	int rows, cols, ld;     /* as stored (column-major view) */
-	char kind;              /* 'M' matrix of P, 'R' real of P, 'I' int */
-};
 
-static Z bget(const struct buf *b, int i, int j)
+Z bget(const struct buf *b, int i, int j)
 {
 	size_t x = (size_t)i + (size_t)j * (size_t)b->ld;
 	if (b->kind == 'I')
@@ -62,7 +56,7 @@ static Z bget(const struct buf *b, int i, int j)
 	}
 }
 
-static void bset(struct buf *b, int i, int j, Z v)
+void bset(struct buf *b, int i, int j, Z v)
 {
 	size_t x = (size_t)i + (size_t)j * (size_t)b->ld;
 	if (b->kind == 'I') { ((int *)b->p)[x] = (int)creal(v); return; }
@@ -80,7 +74,7 @@ static void bset(struct buf *b, int i, int j, Z v)
 }
 
 /* A rows x cols operand with ld = rows + 3, the gaps holding SENT. */
-static struct buf mk(int rows, int cols, char kind)
+struct buf mk(int rows, int cols, char kind)
 {
 	struct buf b = { NULL, rows, cols, rows + 3, kind };
 	size_t n = (size_t)b.ld * (size_t)(cols ? cols : 1);
@@ -93,7 +87,7 @@ static struct buf mk(int rows, int cols, char kind)
 }
 
 /* Hermitian (symmetric for real P), positive definite if spd. */
-static void herm(struct buf *b, int spd)
+void herm(struct buf *b, int spd)
 {
 	int n = b->rows;
 	for (int j = 0; j < n; j++)
@@ -106,7 +100,7 @@ static void herm(struct buf *b, int spd)
 		}
 }
 
-static void dominant(struct buf *b)
+void dominant(struct buf *b)
 {
 	for (int i = 0; i < b->rows && i < b->cols; i++)
 		bset(b, i, i, bget(b, i, i) + b->rows);
@@ -116,7 +110,7 @@ static int clobbered;
 
 /* Gaps (rows..ld) still hold SENT, and so does the triangle `tri`
  * ('U' upper without the diagonal, 'L' lower, 0 none) of `orig`. */
-static void check(const char *cs, const struct buf *b, const struct buf *orig, char tri)
+void check(const char *cs, const struct buf *b, const struct buf *orig, char tri)
 {
 	for (int j = 0; j < b->cols; j++)
 		for (int i = 0; i < b->ld; i++) {
@@ -133,7 +127,7 @@ static void check(const char *cs, const struct buf *b, const struct buf *orig, c
 		}
 }
 
-static struct buf dup(const struct buf *b)
+struct buf dup(const struct buf *b)
 {
 	struct buf d = *b;
 	size_t e = b->kind == 'I' ? sizeof(int) : b->kind == 'R' ? rsz() : esz();
@@ -145,7 +139,7 @@ static struct buf dup(const struct buf *b)
 
 /* cmp: 1 values, 2 vectors in columns, 3 vectors in rows, 4 pivots,
  * 5 LU factors; nvec: how many of the vectors are comparable. */
-static void out(const char *cs, const char *name, const struct buf *b, int cmp, int nvec)
+void out(const char *cs, const char *name, const struct buf *b, int cmp, int nvec)
 {
 	char path[4096];
 	FILE *f;
@@ -166,7 +160,7 @@ static void out(const char *cs, const char *name, const struct buf *b, int cmp, 
 	fclose(f);
 }
 
-static fn_t sym(const char *fmt)
+fn_t sym(const char *fmt)
 {
 	char name[64];
 	snprintf(name, sizeof name, fmt, P);
@@ -177,7 +171,7 @@ static fn_t sym(const char *fmt)
 
 /* Whether to run case cs; its data then depends on its name only, so
  * that a run of a few cases sees the same data as a run of all. */
-static int want(const char *cs)
+int want(const char *cs)
 {
 	if (prefix && strncmp(cs, prefix, strlen(prefix)) != 0)
 		return 0;
@@ -208,7 +202,7 @@ static int E(char c, int what)
 
 /* ---- BLAS level 3 ----------------------------------------------------------- */
 
-static int M_ = 50, N_ = 40, K_ = 30;
+int M_ = 50, N_ = 40, K_ = 30;
 
 /* gemm: iface 0 Fortran, COL or ROW for CBLAS. */
 static void t_gemm(int iface, char ta, char tb, int beta0)
@@ -377,211 +371,6 @@ static void t_trmm(int iface, int solve, char side, char uplo, char ta, char dia
 	check(cs, &b, &b0, 0);
 	out(cs, "b", &b, 1, 0);
 	printf("%s info=0\n", cs);
-}
-
-/* ---- LAPACK -------------------------------------------------------------------- */
-
-static int NR = 7;
-static int LW = 20000;
-
-static void info_line(const char *cs, int info)
-{
-	printf("%s info=%d\n", cs, info);
-}
-
-static void t_getrf(void)
-{
-	char cs[64];
-	snprintf(cs, sizeof cs, "%cgetrf", P);
-	if (!want(cs)) return;
-	int m = M_, n = N_, info = -99;
-	struct buf a = mk(m, n, 'M'), ip = mk(n, 1, 'I');
-	struct buf a0 = dup(&a);
-	sym("%cgetrf_")(&m, &n, a.p, &a.ld, ip.p, &info);
-	check(cs, &a, &a0, 0);
-	out(cs, "a", &a, 5, 0);
-	out(cs, "ipiv", &ip, 4, 0);
-	info_line(cs, info);
-}
-
-static void t_getrs(char tr)
-{
-	char cs[64];
-	snprintf(cs, sizeof cs, "%cgetrs_%c", P, tr);
-	if (!want(cs)) return;
-	int n = N_, nrhs = NR, info = -99;
-	struct buf a = mk(n, n, 'M'), ip = mk(n, 1, 'I'), b = mk(n, nrhs, 'M');
-	/* factor on the CPU first: a small query-free getrf of the same n */
-	int prev = N_;
-	sym("%cgetrf_")(&n, &n, a.p, &a.ld, ip.p, &info);
-	(void)prev;
-	struct buf b0 = dup(&b);
-	sym("%cgetrs_")(&tr, &n, &nrhs, a.p, &a.ld, ip.p, b.p, &b.ld, &info, (size_t)1);
-	check(cs, &b, &b0, 0);
-	out(cs, "b", &b, 1, 0);
-	info_line(cs, info);
-}
-
-static void t_gesv(int singular)
-{
-	char cs[64];
-	snprintf(cs, sizeof cs, "%cgesv%s", P, singular ? "_singular" : "");
-	if (!want(cs)) return;
-	int n = N_, nrhs = NR, info = -99;
-	struct buf a = mk(n, n, 'M'), ip = mk(n, 1, 'I'), b = mk(n, nrhs, 'M');
-	if (singular)           /* a zero column: an exact zero pivot */
-		for (int i = 0; i < n; i++)
-			bset(&a, i, 3, 0);
-	struct buf a0 = dup(&a);
-	sym("%cgesv_")(&n, &nrhs, a.p, &a.ld, ip.p, b.p, &b.ld, &info);
-	check(cs, &a, &a0, 0);
-	out(cs, "a", &a, 5, 0);
-	out(cs, "ipiv", &ip, 4, 0);
-	out(cs, "b", &b, 1, 0);
-	info_line(cs, info);
-}
-
-static void t_potrf(char uplo, int notpd)
-{
-	char cs[64];
-	snprintf(cs, sizeof cs, "%cpotrf_%c%s", P, uplo, notpd ? "_notpd" : "");
-	if (!want(cs)) return;
-	int n = N_, info = -99;
-	struct buf a = mk(n, n, 'M');
-	herm(&a, !notpd);
-	struct buf a0 = dup(&a);
-	sym("%cpotrf_")(&uplo, &n, a.p, &a.ld, &info, (size_t)1);
-	check(cs, &a, &a0, uplo == 'U' ? 'L' : 'U');
-	out(cs, "a", &a, notpd ? 0 : 1, 0);
-	info_line(cs, info);
-}
-
-static void t_posv(char uplo, int solve_only)
-{
-	char cs[64];
-	snprintf(cs, sizeof cs, "%c%s_%c", P, solve_only ? "potrs" : "posv", uplo);
-	if (!want(cs)) return;
-	int n = N_, nrhs = NR, info = -99;
-	struct buf a = mk(n, n, 'M'), b = mk(n, nrhs, 'M');
-	herm(&a, 1);
-	if (solve_only)
-		sym("%cpotrf_")(&uplo, &n, a.p, &a.ld, &info, (size_t)1);
-	struct buf a0 = dup(&a), b0 = dup(&b);
-	if (solve_only)
-		sym("%cpotrs_")(&uplo, &n, &nrhs, a.p, &a.ld, b.p, &b.ld, &info, (size_t)1);
-	else
-		sym("%cposv_")(&uplo, &n, &nrhs, a.p, &a.ld, b.p, &b.ld, &info, (size_t)1);
-	check(cs, &a, &a0, uplo == 'U' ? 'L' : 'U');
-	check(cs, &b, &b0, 0);
-	if (!solve_only)
-		out(cs, "a", &a, 1, 0);
-	out(cs, "b", &b, 1, 0);
-	info_line(cs, info);
-}
-
-static void t_eig(int dc, char jobz, char uplo)
-{
-	char cs[64];
-	int h = cplx();
-	snprintf(cs, sizeof cs, "%c%s_%c%c", P, h ? (dc ? "heevd" : "heev") : (dc ? "syevd" : "syev"), jobz, uplo);
-	if (!want(cs)) return;
-	int n = N_, info = -99, lw = -1, lrw = -1, liw = -1;
-	struct buf a = mk(n, n, 'M'), w = mk(n, 1, 'R');
-	herm(&a, 0);
-	void *work = calloc((size_t)LW, esz()), *rwork = calloc((size_t)LW, rsz());
-	int *iwork = calloc((size_t)LW, sizeof(int));
-	/* the workspace query first, as programs do */
-	char nm[16];
-	snprintf(nm, sizeof nm, "%%c%s_", h ? (dc ? "heevd" : "heev") : (dc ? "syevd" : "syev"));
-	fn_t f = sym(nm);
-	for (int q = 0; q < 2; q++) {
-		if (q) { lw = LW; lrw = LW; liw = LW; }
-		if (!h && !dc) f(&jobz, &uplo, &n, a.p, &a.ld, w.p, work, &lw, &info, (size_t)1, (size_t)1);
-		else if (h && !dc) f(&jobz, &uplo, &n, a.p, &a.ld, w.p, work, &lw, rwork, &info, (size_t)1, (size_t)1);
-		else if (!h) f(&jobz, &uplo, &n, a.p, &a.ld, w.p, work, &lw, iwork, &liw, &info, (size_t)1, (size_t)1);
-		else f(&jobz, &uplo, &n, a.p, &a.ld, w.p, work, &lw, rwork, &lrw, iwork, &liw, &info, (size_t)1, (size_t)1);
-		if (!q) {
-			struct buf wk = { work, 1, 1, 1, 'M' };
-			printf("%s query info=%d lwork=%d\n", cs, info, (int)creal(bget(&wk, 0, 0)));
-		}
-	}
-	struct buf wk = { work, 1, 1, 1, 'M' };
-	printf("%s work1=%d\n", cs, (int)creal(bget(&wk, 0, 0)));
-	out(cs, "w", &w, 1, 0);
-	if (jobz == 'V')
-		out(cs, "a", &a, 2, n);
-	info_line(cs, info);
-}
-
-static void t_svd(int dd, char ju, char jv, int m, int n)
-{
-	char cs[64];
-	snprintf(cs, sizeof cs, "%c%s_%c%c_%dx%d", P, dd ? "gesdd" : "gesvd", ju, dd ? ju : jv, m, n);
-	if (!want(cs)) return;
-	int info = -99, lw = LW, mn = m < n ? m : n;
-	if (dd) jv = ju;
-	struct buf a = mk(m, n, 'M'), s = mk(mn, 1, 'R');
-	struct buf u = mk(m, ju == 'A' ? m : mn, 'M'), vt = mk(jv == 'A' ? n : mn, n, 'M');
-	void *work = calloc((size_t)LW, esz()), *rwork = calloc((size_t)LW, rsz());
-	int *iwork = calloc((size_t)LW, sizeof(int));
-	struct buf u0 = dup(&u), vt0 = dup(&vt);
-	if (!dd) {
-		if (!cplx())
-			sym("%cgesvd_")(&ju, &jv, &m, &n, a.p, &a.ld, s.p, u.p, &u.ld, vt.p, &vt.ld, work, &lw, &info, (size_t)1, (size_t)1);
-		else
-			sym("%cgesvd_")(&ju, &jv, &m, &n, a.p, &a.ld, s.p, u.p, &u.ld, vt.p, &vt.ld, work, &lw, rwork, &info, (size_t)1, (size_t)1);
-	} else {
-		if (!cplx())
-			sym("%cgesdd_")(&ju, &m, &n, a.p, &a.ld, s.p, u.p, &u.ld, vt.p, &vt.ld, work, &lw, iwork, &info, (size_t)1);
-		else
-			sym("%cgesdd_")(&ju, &m, &n, a.p, &a.ld, s.p, u.p, &u.ld, vt.p, &vt.ld, work, &lw, rwork, iwork, &info, (size_t)1);
-	}
-	check(cs, &u, &u0, 0);
-	check(cs, &vt, &vt0, 0);
-	out(cs, "s", &s, 1, 0);
-	if (ju != 'N')
-		out(cs, "u", &u, 2, mn);
-	if (jv != 'N')
-		out(cs, "vt", &vt, 3, mn);
-	info_line(cs, info);
-}
-
-static void t_geqrf(void)
-{
-	char cs[64];
-	snprintf(cs, sizeof cs, "%cgeqrf", P);
-	if (!want(cs)) return;
-	int m = M_, n = N_, info = -99, lw = -1;
-	struct buf a = mk(m, n, 'M'), tau = mk(n, 1, 'M');
-	void *work = calloc((size_t)LW, esz());
-	sym("%cgeqrf_")(&m, &n, a.p, &a.ld, tau.p, work, &lw, &info);
-	struct buf wk = { work, 1, 1, 1, 'M' };
-	printf("%s query info=%d lwork=%d\n", cs, info, (int)creal(bget(&wk, 0, 0)));
-	lw = LW;
-	struct buf a0 = dup(&a);
-	sym("%cgeqrf_")(&m, &n, a.p, &a.ld, tau.p, work, &lw, &info);
-	printf("%s work1=%d\n", cs, (int)creal(bget(&wk, 0, 0)));
-	check(cs, &a, &a0, 0);
-	out(cs, "a", &a, 1, 0);
-	out(cs, "tau", &tau, 1, 0);
-	info_line(cs, info);
-}
-
-static void t_gels(void)
-{
-	char cs[64];
-	snprintf(cs, sizeof cs, "%cgels_N", P);
-	if (!want(cs)) return;
-	int m = M_, n = N_, nrhs = NR, info = -99, lw = LW;
-	char tr = 'N';
-	struct buf a = mk(m, n, 'M'), b = mk(m, nrhs, 'M');
-	void *work = calloc((size_t)LW, esz());
-	struct buf b0 = dup(&b);
-	sym("%cgels_")(&tr, &m, &n, &nrhs, a.p, &a.ld, b.p, &b.ld, work, &lw, &info, (size_t)1);
-	check(cs, &b, &b0, 0);
-	out(cs, "a", &a, 1, 0);
-	out(cs, "b", &b, 1, 0);
-	info_line(cs, info);
 }
 
 int main(int argc, char **argv)
