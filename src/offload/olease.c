@@ -16,6 +16,7 @@
 static struct {
 	int configured;        /* 0 not read, 1 managed, 2 unmanaged, 3 broken */
 	struct gm_config cfg;
+	struct gm_conf_info info;
 	struct gm_lease lease;
 	int held;
 	int64_t next_try;      /* CLOCK_MONOTONIC ns */
@@ -65,7 +66,10 @@ static int gpo__configure(char *err, size_t errlen)
 	uint64_t ms = 1000;
 	int rc;
 
-	rc = gm_config_from_env(&gpo__ol.cfg, err, errlen);
+	/* As libgpumutex resolves it (the machine-wide file, GPUMUTEX_CONFIG,
+	 * the environment): the offloader must be under the same queue as
+	 * the CUDA programs of the machine. */
+	rc = gm_config_resolve(&gpo__ol.cfg, &gpo__ol.info, 0, err, errlen);
 	if (rc == 1) {
 		gpo__ol.configured = 2;
 		return GPO_OL_HELD;

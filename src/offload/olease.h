@@ -19,8 +19,9 @@ enum gpo_olease_rc {
 
 /*
  * Take the lease if it is not held. Reads the gpumutex configuration the
- * first time: not configured (no GPUMUTEX_VISIBLE_DEVICES) means no lease
- * is needed (HELD, gpo_olease_managed() == 0). Otherwise claims with a
+ * first time, as libgpumutex does (gm_config_resolve: the machine-wide
+ * file, GPUMUTEX_CONFIG, the environment): not configured (no visible
+ * devices) means no lease is needed (HELD, gpo_olease_managed() == 0). Otherwise claims with a
  * timeout of 0 for the job GPUMUTEX_JOB (generated and put into the
  * environment when unset, as libgpumutex does, so that the CUDA backend's
  * cuInit, if libgpumutex is also preloaded, and the process's children

@@ -20,8 +20,8 @@
  *   GPU_OFFLOAD_RETRY_MS       first back-off after a refused lease
  *
  * Locking: one mutex (gpo__lock) over the model, the GPU state and the
- * lease; the trace writer has its own (gpo__tlock), taken without the
- * first. A fork handler takes both, so a child starts with them free.
+ * lease; the trace writer has its own (trace.c), taken after the first
+ * or alone. A fork handler takes both, so a child starts with them free.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -30,7 +30,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -55,7 +54,6 @@ __asm__(".symver pthread_attr_setstacksize,pthread_attr_setstacksize@GLIBC_2.17"
 enum gpo__force { GPO__FORCE_NONE = 0, GPO__FORCE_CPU, GPO__FORCE_GPU };
 
 static pthread_mutex_t gpo__lock = PTHREAD_MUTEX_INITIALIZER;
-static pthread_mutex_t gpo__tlock = PTHREAD_MUTEX_INITIALIZER;
 
 static struct {
 	int inited;
@@ -78,44 +76,10 @@ static struct {
 	double gpu_s, saved_s, startup_s;
 } gpo__p;
 
-/* Per thread, between decide and observe: the operands' fingerprints
- * before the call (for the trace). A pthread key, not __thread, which
- * would make the library need the dynamic linker (__tls_get_addr). */
-struct gpo__pre {
-	const struct gpo_call *c;
-	uint64_t fp[GPO_MAX_BUFS];
-};
-static pthread_key_t gpo__pre_key;
-static int gpo__pre_ok;
-
-static struct gpo__pre *gpo__pre_get(void)
-{
-	struct gpo__pre *p;
-
-	if (!gpo__pre_ok)
-		return NULL;
-	p = pthread_getspecific(gpo__pre_key);
-	if (!p) {
-		p = calloc(1, sizeof *p);
-		if (p && pthread_setspecific(gpo__pre_key, p) != 0) {
-			free(p);
-			p = NULL;
-		}
-	}
-	return p;
-}
-
 static int64_t gpo__mono(void)
 {
 	struct timespec ts;
 	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
-static int64_t gpo__real(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_REALTIME, &ts);
 	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
@@ -148,12 +112,12 @@ static void gpo__summary(void);
 static void gpo__prepare(void)
 {
 	pthread_mutex_lock(&gpo__lock);
-	pthread_mutex_lock(&gpo__tlock);
+	gpo_trace_fork(0);
 }
 
 static void gpo__parent(void)
 {
-	pthread_mutex_unlock(&gpo__tlock);
+	gpo_trace_fork(1);
 	pthread_mutex_unlock(&gpo__lock);
 }
 
@@ -166,7 +130,7 @@ static void gpo__child(void)
 	pthread_mutex_t fresh = PTHREAD_MUTEX_INITIALIZER;
 
 	memcpy(&gpo__lock, &fresh, sizeof fresh);
-	memcpy(&gpo__tlock, &fresh, sizeof fresh);
+	gpo_trace_fork(2);
 	if (gpo__p.started || gpo_olease_held()) {
 		gpo__p.dead = GPO_R_FORKED;
 		gpo__p.started = 0;
@@ -188,7 +152,6 @@ static void gpo__init(void)
 	const char *s = getenv("GPU_OFFLOAD_SUMMARY");
 	static char path[4096], err[512];
 
-	gpo__p.inited = 1;
 	gpo__p.level = 5;
 	if (f && strcmp(f, "cpu") == 0)
 		gpo__p.force = GPO__FORCE_CPU;
@@ -227,7 +190,6 @@ static void gpo__init(void)
 		int rc = gpo_trace_setup(t, gpo__p.level);
 		if (rc)
 			gpo__say(5, "cannot trace into %s: %s", t, strerror(-rc));
-		gpo__pre_ok = pthread_key_create(&gpo__pre_key, free) == 0;
 	}
 	s = getenv("GPU_OFFLOAD_SUMMARY");
 	if (s && strcmp(s, "1") == 0) {
@@ -235,28 +197,24 @@ static void gpo__init(void)
 		atexit(gpo__summary);
 	}
 	pthread_atfork(gpo__prepare, gpo__parent, gpo__child);
+	/* Last: observe's lock-free path reads the settings once it sees
+	 * this. */
+	__atomic_store_n(&gpo__p.inited, 1, __ATOMIC_RELEASE);
 }
 
-static void gpo__event(int kind, double seconds)
+/* A trace event (trace.c); a failed write is said once. Takes gpo__lock
+ * for the message unless `locked`. */
+static void gpo__event(int kind, double seconds, int locked)
 {
-	struct gpo_trace_rec r;
-	int rc;
+	int rc = gpo_trace_event(kind, seconds);
 
-	if (!gpo_trace_on())
+	if (!rc)
 		return;
-	memset(&r, 0, sizeof r);
-	r.kind = (uint8_t)kind;
-	r.dur_ns = (int64_t)(seconds * 1e9);
-	r.t_ns = gpo__real() - r.dur_ns;
-	r.tid = (uint32_t)syscall(SYS_gettid);
-	snprintf(r.opname, sizeof r.opname, "%s", kind == GPO_TK_GPU_START ?
-		 "gpu-start" : kind == GPO_TK_GPU_STOP ? "gpu-stop" :
-		 kind == GPO_TK_GPU_KEPT ? "gpu-kept" : "lease-refused");
-	pthread_mutex_lock(&gpo__tlock);
-	rc = gpo_trace_write(&r);
-	pthread_mutex_unlock(&gpo__tlock);
-	if (rc)
-		gpo__say(6, "trace writing stopped: %s%s", strerror(-rc), "");
+	if (!locked)
+		pthread_mutex_lock(&gpo__lock);
+	gpo__say(6, "trace writing stopped: %s%s", strerror(-rc), "");
+	if (!locked)
+		pthread_mutex_unlock(&gpo__lock);
 }
 
 /* ---- Giving the GPU back ------------------------------------------------ */
@@ -313,7 +271,7 @@ static void *gpo__watch(void *arg)
 			gpo__give_back(now);
 			gpo__p.watching = 0;
 			pthread_mutex_unlock(&gpo__lock);
-			gpo__event(GPO_TK_GPU_STOP, 0);
+			gpo__event(GPO_TK_GPU_STOP, 0, 0);
 			return NULL;
 		}
 		pthread_mutex_unlock(&gpo__lock);
@@ -357,7 +315,7 @@ static int gpo__start(void)
 		return GPO_R_NO_LEASE;
 	}
 	if (rc == GPO_OL_REFUSED)
-		gpo__event(GPO_TK_LEASE_REFUSED, 0);
+		gpo__event(GPO_TK_LEASE_REFUSED, 0, 1);
 	if (rc != GPO_OL_HELD)
 		return GPO_R_NO_LEASE;
 	rc = gpo_gpu_start();
@@ -378,9 +336,9 @@ static int gpo__start(void)
 			return GPO_R_NO_LEASE;
 		}
 	}
-	gpo__event(GPO_TK_GPU_START, (gpo__mono() - t0) / 1e9);
+	gpo__event(GPO_TK_GPU_START, (gpo__mono() - t0) / 1e9, 1);
 	if (gpo__p.pinned)
-		gpo__event(GPO_TK_GPU_KEPT, 0);
+		gpo__event(GPO_TK_GPU_KEPT, 0, 1);
 	return 0;
 }
 
@@ -451,15 +409,8 @@ int gpo_policy_decide(const struct gpo_call *c, struct gpo_decision *d)
 	if (d->device == GPO_GPU)
 		gpo__p.inflight++;
 	pthread_mutex_unlock(&gpo__lock);
-	if (gpo_trace_on()) {
-		struct gpo__pre *p = gpo__pre_get();
-		if (p) {
-			p->c = c;
-			for (int i = 0; i < c->nbuf && i < GPO_MAX_BUFS; i++)
-				p->fp[i] = c->buf[i].in ? gpo_fingerprint(
-					c->buf[i].ptr, c->buf[i].bytes) : 0;
-		}
-	}
+	if (gpo_trace_on())
+		gpo_trace_before(c);
 	errno = saved;
 	return d->device;
 }
@@ -468,52 +419,8 @@ static void gpo__trace_call(const struct gpo_call *c,
 			    const struct gpo_decision *d, int device,
 			    double seconds, double cin, double cout, int fail)
 {
-	struct gpo_trace_rec r;
-	const char *name = gpo_op_name(c->op);
-	struct gpo__pre *p = gpo__pre_get();
-	int rc, pre = p && p->c == c;
+	int rc = gpo_trace_call(c, d, device, seconds, cin, cout, fail);
 
-	memset(&r, 0, sizeof r);
-	r.kind = GPO_TK_CALL;
-	r.dur_ns = (int64_t)(seconds * 1e9);
-	r.t_ns = gpo__real() - r.dur_ns;
-	r.device = (uint8_t)device;
-	r.decided = d->device;
-	r.prec = c->prec;
-	r.blas_level = c->level;
-	r.iface = c->iface;
-	r.int64 = c->int64;
-	r.op = c->op;
-	r.reason = d->reason;
-	r.fail = (uint16_t)fail;
-	r.tid = (uint32_t)syscall(SYS_gettid);
-	snprintf(r.opname, sizeof r.opname, "%s", name ? name : "?");
-	memcpy(r.dims, c->dims, sizeof r.dims);
-	r.flops = c->flops;
-	r.bytes_in = c->bytes_in;
-	r.bytes_out = c->bytes_out;
-	r.t_cpu = d->t_cpu;
-	r.t_gpu = d->t_gpu;
-	r.copy_in_s = cin;
-	r.copy_out_s = cout;
-	r.site = (uint64_t)(uintptr_t)c->site;
-	r.nbuf = (uint8_t)(c->nbuf < 0 ? 0 : c->nbuf > 4 ? 4 : c->nbuf);
-	for (int i = 0; i < r.nbuf; i++) {
-		const struct gpo_buf *b = &c->buf[i];
-		r.buf[i].ptr = (uint64_t)(uintptr_t)b->ptr;
-		r.buf[i].bytes = b->bytes;
-		r.buf[i].in = b->in;
-		r.buf[i].out = b->out;
-		r.buf[i].fp_before = pre ? p->fp[i] : 0;
-		r.buf[i].fp_after = gpo_fingerprint(b->ptr, b->bytes);
-		if (!b->out && !pre && b->in)
-			r.buf[i].fp_before = r.buf[i].fp_after; /* unchanged */
-	}
-	if (p)
-		p->c = NULL;
-	pthread_mutex_lock(&gpo__tlock);
-	rc = gpo_trace_write(&r);
-	pthread_mutex_unlock(&gpo__tlock);
 	if (rc) {
 		pthread_mutex_lock(&gpo__lock);
 		gpo__say(6, "trace writing stopped: %s%s", strerror(-rc), "");
@@ -528,18 +435,34 @@ void gpo_policy_observe(const struct gpo_call *c,
 {
 	int saved = errno;
 	unsigned r = d->reason;
+	/* The frontend's own verdicts (below the size threshold, nested,
+	 * workspace queries, measured-only or unsupported calls): the policy
+	 * was not asked, and learns nothing from them. */
+	int own = r == GPO_R_SMALL || r == GPO_R_NESTED ||
+		  r == GPO_R_WORKSPACE || r == GPO_R_MEASURED ||
+		  r == GPO_R_UNSUPPORTED;
 
+	__atomic_fetch_add(&gpo__p.calls, 1, __ATOMIC_RELAXED);
+	if (r < GPO_R_MAX)
+		__atomic_fetch_add(&gpo__p.reasons[r], 1, __ATOMIC_RELAXED);
+	if (own && device == GPO_CPU &&
+	    __atomic_load_n(&gpo__p.inited, __ATOMIC_ACQUIRE)) {
+		/* The small-call path: counted without the lock, so that it
+		 * costs a few nanoseconds and no contention between threads. */
+		if (gpo_trace_on())
+			gpo__trace_call(c, d, device, seconds, copy_in_s,
+					copy_out_s, fail);
+		errno = saved;
+		return;
+	}
 	pthread_mutex_lock(&gpo__lock);
 	if (!gpo__p.inited)
 		gpo__init();
-	gpo__p.calls++;
-	if (r < GPO_R_MAX)
-		gpo__p.reasons[r]++;
 	if (d->device == GPO_GPU && gpo__p.inflight > 0) {
 		gpo__p.inflight--;
 		gpo__p.last_gpu_ns = gpo__mono();
 	}
-	if (r != GPO_R_SMALL && r != GPO_R_NESTED && r != GPO_R_WORKSPACE) {
+	if (!own) {
 		gpo__p.decided++;
 		/* Learning from what really ran: not from a GPU attempt that
 		 * failed half-way, nor from verify mode's double runs. */

@@ -11,7 +11,8 @@
 # Targets:
 #   $(B)/gpu-offload       the command (run, report, profile, calibrate)
 #   $(B)/gpu-offload-calib the calibration workload `calibrate` runs
-#   policy-tests           $(B)/tests/offload/{model-unit,policy-driver}
+#   policy-tests           $(B)/tests/offload/{model-unit,policy-driver,
+#                          policy-mt-tsan}
 #   lint-policy            cppcheck on the policy's files (part of `make lint`)
 
 POLICY_SAVED_GOAL := $(.DEFAULT_GOAL)
@@ -30,7 +31,8 @@ GPO_CLI_HDR := $(wildcard src/offload/cli/*.h)
 GPO_CLI_MAIN := $(filter-out src/offload/cli/calib-workload.c,$(GPO_CLI_SRC))
 
 .PHONY: policy-tests
-policy-tests: $(B)/tests/offload/model-unit $(B)/tests/offload/policy-driver
+policy-tests: $(B)/tests/offload/model-unit $(B)/tests/offload/policy-driver \
+              $(B)/tests/offload/policy-mt-tsan
 
 all: $(B)/gpu-offload $(B)/gpu-offload-calib policy-tests
 
@@ -48,6 +50,14 @@ $(B)/tests/offload/policy-driver: tests/offload/policy-driver.c \
 	@mkdir -p $(@D)
 	$(CC) $(WARN) $(CFLAGS) -Isrc/lease -Isrc/offload -o $@ $< \
 	    $(POLICY_OBJ) $(B)/liblease.a -ldl -lpthread
+
+# The policy and the lease core built with ThreadSanitizer, straight from
+# their sources (nothing else of the tree is built so).
+$(B)/tests/offload/policy-mt-tsan: tests/offload/policy-mt.c $(POLICY_SRC) \
+		$(POLICY_HDR) $(LEASE_SRC) $(LEASE_HDR)
+	@mkdir -p $(@D)
+	$(CC) $(WARN) -O1 -g -fsanitize=thread -Isrc/lease -Isrc/offload \
+	    -o $@ $< $(POLICY_SRC) $(LEASE_SRC) -ldl -lpthread
 
 $(B)/gpu-offload: $(GPO_CLI_MAIN) $(GPO_CLI_HDR) $(POLICY_HDR) \
 		$(B)/offload-policy/profile.o $(B)/liblease.a

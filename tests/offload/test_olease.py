@@ -234,6 +234,23 @@ def test_inside_a_job_that_holds_the_gpu_it_joins_and_keeps_it(tmp_path):
                and x["pid"] in (str(d.pid), str(m.pid)))
 
 
+def test_a_configuration_file_governs_it_as_it_does_libgpumutex(tmp_path):
+    """GPUMUTEX_CONFIG (docs/deploy.md) instead of the variables: the
+    offloader resolves its settings as libgpumutex does, so it is under the
+    same queue."""
+    e = env(tmp_path, devices=None)
+    conf = tmp_path / "gpumutex.conf"
+    conf.write_text(f"visible_devices = 1\nlock_dir = {e['GPUMUTEX_LOCK_DIR']}\n")
+    os.chmod(conf, 0o644)
+    e["GPUMUTEX_CONFIG"] = str(conf)
+    e.pop("GPUMUTEX_LOCK_DIR")
+    d = Driver(e)
+    assert d.call(20)["starts"] == 1
+    st = status_json(dict(e, GPUMUTEX_LOCK_DIR=str(tmp_path / "lock")))
+    assert [l["devices"] for l in st["leases"]] == [[1]], st
+    d.finish()
+
+
 def test_not_configured_uses_the_gpu_without_a_lease(tmp_path):
     e = env(tmp_path, devices=None)
     d = Driver(e)
