@@ -45,7 +45,7 @@ void gm__notify_wait(struct acq *a, int ahead, int head, int job_busy)
 		a->cleaned = 1;
 		if (a->tk.seq % GM_CLEANUP_EVERY == 0) {
 			gm__cleanup_jobs(&a->d, a->jobname);
-			gm__queue_sweep(&a->d, geteuid());
+			gm__queue_sweep(&a->d, geteuid(), a->tk.seq);
 		}
 	}
 	/* With no time to wait, the process gives up at once instead: "waits
@@ -204,7 +204,7 @@ out:
 	if (rc == 0 && !out->joined && !a->cleaned &&
 	    a->tk.seq % GM_CLEANUP_EVERY == 0) {
 		gm__cleanup_jobs(&a->d, a->jobname);
-		gm__queue_sweep(&a->d, geteuid());
+		gm__queue_sweep(&a->d, geteuid(), a->tk.seq);
 	}
 	gm__dir_close(&a->d);
 	if (rc)
