@@ -28,7 +28,8 @@ TEST_BINS := $(B)/tests/lease-unit $(B)/tests/lease-holder \
              $(B)/tests/crashshim.so
 SAN_BINS  := $(B)/tests/lease-unit-san $(B)/tests/lease-holder-san
 
-CLI_SRC := src/cli/gpumutex.c src/cli/status.c src/cli/run.c
+CLI_SRC := src/cli/gpumutex.c src/cli/status.c src/cli/run.c \
+           src/cli/install.c src/cli/sysfile.c src/cli/doctor.c
 CLI_HDR := $(wildcard src/cli/*.h)
 
 # `make`: everything a user runs (the library, gpumutex, gpumutex-run) and
@@ -70,7 +71,7 @@ $(B)/san/%.o: src/%.c $(LEASE_HDR)
 
 $(B)/gpumutex: $(CLI_SRC) $(CLI_HDR) $(B)/liblease.a
 	@mkdir -p $(dir $@)
-	$(CC) $(WARN) $(CFLAGS) -Isrc/lease -Isrc/cli -o $@ $(CLI_SRC) $(B)/liblease.a
+	$(CC) $(WARN) $(CFLAGS) -Isrc/lease -Isrc/cli -o $@ $(CLI_SRC) $(B)/liblease.a -ldl
 
 $(B)/liblease.a: $(LEASE_OBJ)
 	@rm -f $@
@@ -146,7 +147,7 @@ lint:
 	  --std=c11 --inline-suppr -Isrc/lease -Isrc/cli \
 	  src/lease src/preload src/cli tests/lease tests/preload tests/stress \
 	  bench demo
-	shellcheck .ci/run tools/*.sh tests/fakecuda/gen-stubs.sh
+	shellcheck .ci/run tools/*.sh tests/fakecuda/gen-stubs.sh tests/system/run.sh
 
 clean:
 	rm -rf $(B)
