@@ -36,7 +36,7 @@ CLI_HDR := $(wildcard src/cli/*.h)
 .DEFAULT_GOAL := all
 .PHONY: all
 all: $(B)/liblease.a $(TEST_BINS) $(B)/gpumutex $(B)/libgpumutex.so \
-     $(B)/gpumutex-run
+     $(B)/gpumutex-run fakenvml
 
 .PHONY: gate portability distro-check
 # The load gate (glibc floor, NEEDED, exports): docs/portability.md. The
@@ -95,6 +95,7 @@ $(B)/tests/%-san: tests/lease/%.c $(B)/liblease-san.a $(LEASE_HDR) tests/lease/t
 
 # Makefile fragments of the other modules (each defines its own targets).
 -include tests/fakecuda/module.mk
+-include tests/fakenvml/module.mk
 -include src/preload/module.mk
 
 sanitizer-tests: $(SAN_BINS)
