@@ -277,10 +277,10 @@ void gm__ev_acquired(struct acq *a, int rc, const struct gm_lease *out)
 		fmt(f, GM_EVLINE_MAX,
 			 "lease=%016" PRIx64 " dev=%s ticket=%" PRIu64
 			 " want=%d cand=%s arrived=%" PRId64 " waited=%" PRId64
-			 " place=%d woke=%" PRId64 " rang=%s cmd=%s",
+			 " place=%d queued=%d woke=%" PRId64 " rang=%s cmd=%s",
 			 out->lease_id, dev, a->tk.seq, a->cfg->want, cand,
 			 a->ev.arrived_mono, now - a->ev.arrived_mono,
-			 a->ev.wait_mono ? a->ev.ahead : 0,
+			 a->ev.wait_mono ? a->ev.ahead : 0, a->ev.wait_mono != 0,
 			 a->ev.woke_mono, nr ? rang : "-", a->cmd);
 		gm__ev_write(a->d.user, "grant", a->jobname, f);
 	} else {
@@ -293,4 +293,27 @@ void gm__ev_acquired(struct acq *a, int rc, const struct gm_lease *out)
 		gm__ev_write(a->d.user, "giveup", a->jobname, f);
 	}
 	free(f);
+}
+
+/* ---- Records of others (the CLI's samples) ------------------------------ */
+
+int gm_event_append(const char *lock_dir, const char *event,
+		    const char *fields, char *err, size_t errlen)
+{
+	struct gm__dir d;
+	int rc;
+
+	if (!gm__ev_enabled())
+		return 0;
+	rc = gm__dir_open(lock_dir, 1, &d, err, errlen);
+	if (rc)
+		return rc;
+	rc = gm__user_dir(&d, gm__mono_ns() + 5 * (int64_t)1000000000, err,
+			  errlen);
+	if (rc == -ETIMEDOUT)
+		rc = gm__fail(rc, err, errlen, "the lock directory's counter stayed locked");
+	if (rc == 0)
+		gm__ev_write(d.user, event, "-", fields);
+	gm__dir_close(&d);
+	return rc;
 }
