@@ -28,7 +28,8 @@ TEST_BINS := $(B)/tests/lease-unit $(B)/tests/lease-holder \
              $(B)/tests/crashshim.so
 SAN_BINS  := $(B)/tests/lease-unit-san $(B)/tests/lease-holder-san
 
-CLI_SRC := src/cli/gpumutex.c src/cli/status.c src/cli/run.c
+CLI_SRC := src/cli/gpumutex.c src/cli/status.c src/cli/run.c \
+           src/cli/evlog.c src/cli/log.c src/cli/report.c src/cli/svg.c
 CLI_HDR := $(wildcard src/cli/*.h)
 
 # `make`: everything a user runs (the library, gpumutex, gpumutex-run) and

@@ -40,6 +40,10 @@ static void usage(FILE *f)
 		"  status [--json] [--watch]   who holds which GPU, and who waits\n"
 		"  run [OPTIONS] -- CMD...     run CMD with gpumutex (same as gpumutex-run;\n"
 		"                              `gpumutex run --help` lists its options)\n"
+		"  log [--since WHEN] [--job J] [--user U] [--follow] [--json]\n"
+		"                              the event log: waits, grants, lease ends\n"
+		"  report [--since 24h] [--json] [--svg FILE] [--html FILE]\n"
+		"                              what the GPUs did: leased, idle, waits, users\n"
 		"  init [--lock-dir DIR] --visible-devices LIST\n"
 		"                              make the lock directory and device files\n"
 		"                              now (as root: files nobody else can remove)\n"
@@ -161,6 +165,10 @@ int main(int argc, char **argv)
 		return gm_init_main(argc - 1, argv + 1);
 	if (!strcmp(cmd, "run"))
 		return gm_run_main(argc - 1, argv + 1);
+	if (!strcmp(cmd, "log"))
+		return gm_log_main(argc - 1, argv + 1);
+	if (!strcmp(cmd, "report"))
+		return gm_report_main(argc - 1, argv + 1);
 	fprintf(stderr, "gpumutex: unknown command '%s'\n", cmd);
 	usage(stderr);
 	return 2;
