@@ -29,7 +29,8 @@ TEST_BINS := $(B)/tests/lease-unit $(B)/tests/lease-holder \
 SAN_BINS  := $(B)/tests/lease-unit-san $(B)/tests/lease-holder-san
 
 CLI_SRC := src/cli/gpumutex.c src/cli/status.c src/cli/run.c \
-           src/cli/evlog.c src/cli/log.c src/cli/report.c src/cli/svg.c
+           src/cli/evlog.c src/cli/log.c src/cli/report.c src/cli/svg.c \
+           src/cli/nvml.c src/cli/sample.c
 CLI_HDR := $(wildcard src/cli/*.h)
 
 # `make`: everything a user runs (the library, gpumutex, gpumutex-run) and
@@ -71,7 +72,7 @@ $(B)/san/%.o: src/%.c $(LEASE_HDR)
 
 $(B)/gpumutex: $(CLI_SRC) $(CLI_HDR) $(B)/liblease.a
 	@mkdir -p $(dir $@)
-	$(CC) $(WARN) $(CFLAGS) -Isrc/lease -Isrc/cli -o $@ $(CLI_SRC) $(B)/liblease.a
+	$(CC) $(WARN) $(CFLAGS) -Isrc/lease -Isrc/cli -o $@ $(CLI_SRC) $(B)/liblease.a -ldl
 
 $(B)/liblease.a: $(LEASE_OBJ)
 	@rm -f $@

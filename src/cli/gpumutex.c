@@ -44,6 +44,7 @@ static void usage(FILE *f)
 		"                              the event log: waits, grants, lease ends\n"
 		"  report [--since 24h] [--json] [--svg FILE] [--html FILE]\n"
 		"                              what the GPUs did: leased, idle, waits, users\n"
+		"  sample [--interval S]       record GPU utilisation (NVML) in the log\n"
 		"  init [--lock-dir DIR] --visible-devices LIST\n"
 		"                              make the lock directory and device files\n"
 		"                              now (as root: files nobody else can remove)\n"
@@ -169,6 +170,8 @@ int main(int argc, char **argv)
 		return gm_log_main(argc - 1, argv + 1);
 	if (!strcmp(cmd, "report"))
 		return gm_report_main(argc - 1, argv + 1);
+	if (!strcmp(cmd, "sample"))
+		return gm_sample_main(argc - 1, argv + 1);
 	fprintf(stderr, "gpumutex: unknown command '%s'\n", cmd);
 	usage(stderr);
 	return 2;
