@@ -261,7 +261,10 @@ static int read_file(struct gm_log *log, int *cap, int dfd, const char *dname,
 	ssize_t n;
 
 	if (fd < 0) {
-		if (errno != ENOENT && notes)
+		if (errno == ELOOP && notes)
+			fprintf(notes, "gpumutex: job/%s/%s: a symbolic link, not a log file; refused, its records are left out\n",
+				dname, name);
+		else if (errno != ENOENT && notes)
 			fprintf(notes, "gpumutex: job/%s/%s: cannot open it (%s); its records are left out\n",
 				dname, name, strerror(errno));
 		if (errno != ENOENT)
