@@ -52,16 +52,45 @@ static const char *colour(const struct gm_report *r, unsigned uid)
 	return "#999999";
 }
 
-/* The command's program name and first argument, for a label. */
+/* The label of a lease: the program's name, or for an interpreter or
+ * launcher (python, torchrun, bash...) the script's, and what follows. */
 static void short_cmd(const char *cmd, char *out, size_t len)
 {
-	const char *p = cmd ? cmd : "", *sp = strchr(p, ' '), *sl;
-	size_t n = sp ? (size_t)(sp - p) : strlen(p);
+	static const char *launchers[] = { "python", "python3", "torchrun",
+		"bash", "sh", "node", "accelerate", "deepspeed", "uv", "env",
+		"srun", "gpumutex-run", NULL };
+	const char *p = cmd ? cmd : "";
 
-	for (sl = p; sl < p + n; sl++)
-		if (*sl == '/')
-			p = sl + 1, n = sp ? (size_t)(sp - p) : strlen(p);
-	snprintf(out, len, "%.*s%s", (int)n, p, sp ? sp : "");
+	for (int hop = 0; hop < 4; hop++) {
+		const char *sp = strchr(p, ' '), *base = p;
+		size_t n = sp ? (size_t)(sp - p) : strlen(p);
+		int launcher = 0;
+		for (const char *q = p; q < p + n; q++)
+			if (*q == '/')
+				base = q + 1;
+		n -= (size_t)(base - p);
+		for (int i = 0; launchers[i]; i++)
+			if (strlen(launchers[i]) <= n &&
+			    !strncmp(base, launchers[i], strlen(launchers[i])) &&
+			    strspn(base + strlen(launchers[i]), "0123456789.") ==
+			    n - strlen(launchers[i]))
+				launcher = 1;
+		if (!launcher || !sp) {
+			snprintf(out, len, "%.*s%s", (int)n, base, sp ? sp : "");
+			return;
+		}
+		/* Past the launcher and its options (-m keeps the module). */
+		p = sp + 1;
+		while (*p == '-' && strncmp(p, "-m ", 3)) {
+			const char *nx = strchr(p, ' ');
+			if (!nx)
+				break;
+			p = nx + 1;
+		}
+		if (!strncmp(p, "-m ", 3))
+			p += 3;
+	}
+	snprintf(out, len, "%s", p);
 }
 
 struct geo { int64_t from, to; double x0, w; };
