@@ -318,7 +318,7 @@ void gm_report_holders(const struct gm_report *r, const struct gm_wait *x,
 	out[0] = '\0';
 	for (int s = 0; s < L->nspans && n + 1 < len; s++) {
 		const struct gm_span *p = &L->spans[s];
-		char user[64];
+		char user[64], lab[GM_CMD_MAX];
 		if (!(p->dev & x->cand) || p->end <= x->start ||
 		    p->start >= wait_end(r, x) || (p->uid == x->uid && !strcmp(p->job, x->job)))
 			continue;
@@ -327,8 +327,9 @@ void gm_report_holders(const struct gm_report *r, const struct gm_wait *x,
 			break;
 		}
 		gm_user_name(p->uid, user, sizeof user);
-		n += (size_t)snprintf(out + n, len - n, "%s%s/%.16s (%.32s)",
-				      n ? ", " : "", user, p->job, p->cmd);
+		gm_report_label(p->cmd, lab, sizeof lab);
+		n += (size_t)snprintf(out + n, len - n, "%s%s/%.16s (%.40s)",
+				      n ? ", " : "", user, p->job, lab);
 		if (n >= len)
 			n = len - 1;
 	}
@@ -393,7 +394,7 @@ static void text(const struct gm_report *r)
 		const struct gm_rwho *u = &r->users[i];
 		gm_user_name(u->uid, user, sizeof user);
 		gm_report_dur(a, sizeof a, u->waited);
-		printf("%-10s %10.3f %7d %6d %10s %8d\n", user, u->gpu_hours,
+		printf("%-10s %10.4f %7d %6d %10s %8d\n", user, u->gpu_hours,
 		       u->leases, u->waits, a, u->timeouts);
 	}
 	printf("\nJobs (top %d by GPU-hours):\n%-18s %-10s %10s %6s %10s %8s %s\n",
@@ -402,7 +403,7 @@ static void text(const struct gm_report *r)
 		const struct gm_rwho *j = &r->jobs[i];
 		gm_user_name(j->uid, user, sizeof user);
 		gm_report_dur(a, sizeof a, j->waited);
-		printf("%-18.18s %-10s %10.3f %6d %10s %8d %.60s\n", j->job, user,
+		printf("%-18.18s %-10s %10.4f %6d %10s %8d %.60s\n", j->job, user,
 		       j->gpu_hours, j->waits, a, j->timeouts, j->cmd ? j->cmd : "");
 	}
 	printf("\nLeases that held a GPU while it was idle (utilisation samples, `gpumutex sample`):\n");

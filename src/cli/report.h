@@ -59,6 +59,9 @@ void gm_report_holders(const struct gm_report *r, const struct gm_wait *x,
 void gm_report_svg(FILE *f, const struct gm_report *r, int standalone);
 /* The self-contained HTML page: the picture and every table. */
 void gm_report_html(FILE *f, const struct gm_report *r);
+/* A lease's label: its program, or an interpreter's script, and the
+ * arguments after it. */
+void gm_report_label(const char *cmd, char *out, size_t len);
 /* Seconds as the text report writes them ("3.20s", "2m13s"). */
 void gm_report_dur(char *out, size_t len, int64_t ns);
 

@@ -54,7 +54,7 @@ static const char *colour(const struct gm_report *r, unsigned uid)
 
 /* The label of a lease: the program's name, or for an interpreter or
  * launcher (python, torchrun, bash...) the script's, and what follows. */
-static void short_cmd(const char *cmd, char *out, size_t len)
+void gm_report_label(const char *cmd, char *out, size_t len)
 {
 	static const char *launchers[] = { "python", "python3", "torchrun",
 		"bash", "sh", "node", "accelerate", "deepspeed", "uv", "env",
@@ -106,33 +106,42 @@ static double X(const struct geo *g, int64_t t)
 
 static void axis(FILE *f, const struct geo *g, double y0, double y1)
 {
-	static const int64_t steps[] = { 1, 2, 5, 10, 15, 30, 60, 120, 300, 600,
-		900, 1800, 3600, 7200, 10800, 21600, 43200, 86400, 172800 };
-	int64_t span = (g->to - g->from) / 1000000000LL, step = steps[0];
-	time_t t0;
+	/* Tick steps in milliseconds: round numbers a clock shows. */
+	static const int64_t steps[] = { 100, 200, 500, 1000, 2000, 5000, 10000,
+		15000, 30000, 60000, 120000, 300000, 600000, 900000, 1800000,
+		3600000, 7200000, 10800000, 21600000, 43200000, 86400000,
+		172800000 };
+	int64_t span = (g->to - g->from) / 1000000, step = steps[0], t0;
 	struct tm tm;
+	time_t sec;
 
 	for (size_t i = 0; i < sizeof steps / sizeof *steps; i++) {
 		step = steps[i];
 		if (span / step <= 10)
 			break;
 	}
-	/* Ticks on round local times. */
-	t0 = (time_t)(g->from / 1000000000LL);
-	localtime_r(&t0, &tm);
-	t0 -= (tm.tm_hour * 3600 + tm.tm_min * 60 + tm.tm_sec) % (step > 86400 ? 86400 : step);
+	/* Ticks on round local times (whole days from local midnight). */
+	sec = (time_t)(g->from / 1000000000LL);
+	localtime_r(&sec, &tm);
+	t0 = (int64_t)sec * 1000 -
+	     ((int64_t)(tm.tm_hour * 3600 + tm.tm_min * 60 + tm.tm_sec) * 1000) %
+	     (step > 86400000 ? 86400000 : step);
 	fprintf(f, "<g id=\"axis\" font-size=\"11\" fill=\"#333\">\n");
 	fprintf(f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#333\"/>\n",
 		g->x0, y0, g->x0 + g->w, y0);
-	for (time_t t = t0; (int64_t)t * 1000000000LL <= g->to; t += step) {
-		char lab[32];
+	for (int64_t t = t0; t * 1000000 <= g->to; t += step) {
+		char lab[40];
 		double x;
-		if ((int64_t)t * 1000000000LL < g->from)
+		if (t * 1000000 < g->from)
 			continue;
-		x = X(g, (int64_t)t * 1000000000LL);
-		localtime_r(&t, &tm);
-		strftime(lab, sizeof lab, step < 60 ? "%H:%M:%S" :
-			 step >= 86400 ? "%m-%d" : "%H:%M", &tm);
+		x = X(g, t * 1000000);
+		sec = (time_t)(t / 1000);
+		localtime_r(&sec, &tm);
+		strftime(lab, sizeof lab, step < 60000 ? "%H:%M:%S" :
+			 step >= 86400000 ? "%m-%d" : "%H:%M", &tm);
+		if (step < 1000)
+			snprintf(lab + strlen(lab), sizeof lab - strlen(lab), ".%d",
+				 (int)(t % 1000 / 100));
 		fprintf(f, "<line x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#ddd\"/>"
 			"<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#333\"/>"
 			"<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">%s</text>\n",
@@ -208,7 +217,7 @@ static void row(FILE *f, const struct gm_report *r, const struct geo *g,
 		if (!p->exact && strcmp(p->how, "live"))
 			fprintf(f, "<rect x=\"%.1f\" y=\"%.1f\" width=\"2\" height=\"%d\" fill=\"#000\" fill-opacity=\"0.5\"/>\n",
 				x1 - 2, y, ROW);
-		short_cmd(p->cmd, lab, sizeof lab);
+		gm_report_label(p->cmd, lab, sizeof lab);
 		if (x1 - x0 > 24) {
 			int chars = (int)((x1 - x0 - 6) / 6.4);
 			fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" font-size=\"11\" fill=\"#fff\">",
@@ -316,9 +325,10 @@ void gm_report_svg(FILE *f, const struct gm_report *r, int standalone)
 	gm_cli_duration(r->to - r->from, c, sizeof c);
 	fprintf(f, "<text id=\"title\" x=\"%d\" y=\"24\" font-size=\"16\" font-weight=\"bold\">GPU leases, %s to %s (%s)</text>\n",
 		LEFT, a, b, c);
+	/* The axis (and its grid) first, so the bars lie over the grid. */
+	axis(f, &g, rows_end, rows_end);
 	for (int i = 0; i < ng; i++)
 		row(f, r, &g, i, TOP + i * (ROW + GAP));
-	axis(f, &g, rows_end, rows_end);
 	queue(f, r, &g, qy);
 	fprintf(f, "<g id=\"legend\" font-size=\"12\">\n");
 	{
