@@ -82,7 +82,7 @@ def test_report_numbers_on_a_known_log(built, tmp_path):
     assert users[4002]["gpu_hours"] == pytest.approx(1000 / 3600, abs=1e-9)
     assert users[4001]["timeouts"] == 1 and users[4002]["waits"] == 20
     idle = rep["idle_leases"]
-    assert len(idle) == 1 and idle[0]["lease"] == "00000000000000dd"
+    assert len(idle) == 1 and idle[0]["lease"] == str(0xdd)
     assert idle[0]["idle_s"] == 150 and idle[0]["sampled_s"] == 200
     assert idle[0]["util_mean"] == 20
     assert all(x["exact"] and x["end_how"] == "exit" for x in rep["leases"])

@@ -56,7 +56,7 @@ static void print_ev(const struct gm_ev *e, int json)
 		printf(",\"pid\":%d,\"job\":", e->pid);
 		gm_json_str(stdout, e->job);
 		if (e->lease)
-			printf(",\"lease\":\"%016" PRIx64 "\"", e->lease);
+			printf(",\"lease\":\"%" PRIu64 "\"", e->lease);
 		if (e->dev)
 			printf(",\"devices\":[%s]", dev);
 		if (e->kind == EV_WAIT || e->kind == EV_GRANT || e->kind == EV_GIVEUP)

@@ -490,7 +490,7 @@ static void json(const struct gm_report *r)
 	printf(",\"idle_leases\":[");
 	for (int i = 0; i < r->nidle; i++) {
 		const struct gm_ridle *x = &r->idle[i];
-		printf("%s{\"lease\":\"%016" PRIx64 "\",\"gpu\":%d,\"idle_s\":%.6f,\"sampled_s\":%.6f,\"util_mean\":%.2f}",
+		printf("%s{\"lease\":\"%" PRIu64 "\",\"gpu\":%d,\"idle_s\":%.6f,\"sampled_s\":%.6f,\"util_mean\":%.2f}",
 		       i ? "," : "", L->spans[x->span].lease, x->dev, x->idle / 1e9,
 		       x->sampled / 1e9, x->mean_util);
 	}
@@ -502,7 +502,7 @@ static void json(const struct gm_report *r)
 			continue;
 		gm_user_name(p->uid, user, sizeof user);
 		gm_mask_list(p->dev, list, sizeof list);
-		printf("%s{\"lease\":\"%016" PRIx64 "\",\"user\":", k++ ? "," : "", p->lease);
+		printf("%s{\"lease\":\"%" PRIu64 "\",\"user\":", k++ ? "," : "", p->lease);
 		gm_json_str(stdout, user);
 		printf(",\"uid\":%u,\"job\":", p->uid);
 		gm_json_str(stdout, p->job);
