@@ -29,6 +29,7 @@ TEST_BINS := $(B)/tests/lease-unit $(B)/tests/lease-holder \
 SAN_BINS  := $(B)/tests/lease-unit-san $(B)/tests/lease-holder-san
 
 CLI_SRC := src/cli/gpumutex.c src/cli/status.c src/cli/run.c \
+           src/cli/install.c src/cli/sysfile.c src/cli/doctor.c \
            src/cli/evlog.c src/cli/log.c src/cli/report.c src/cli/svg.c \
            src/cli/nvml.c src/cli/sample.c
 CLI_HDR := $(wildcard src/cli/*.h)
@@ -149,7 +150,7 @@ lint:
 	  --std=c11 --inline-suppr -Isrc/lease -Isrc/cli \
 	  src/lease src/preload src/cli tests/lease tests/preload tests/stress \
 	  bench demo
-	shellcheck .ci/run tools/*.sh tests/fakecuda/gen-stubs.sh
+	shellcheck .ci/run tools/*.sh tests/fakecuda/gen-stubs.sh tests/system/run.sh
 
 clean:
 	rm -rf $(B)

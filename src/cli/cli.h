@@ -11,6 +11,11 @@
  * subcommand's name. Return the exit status (2 for usage errors). */
 int gm_status_main(int argc, char **argv);
 int gm_init_main(int argc, char **argv);
+/* install.c: `gpumutex install --system`, `gpumutex uninstall --system`. */
+int gm_install_main(int argc, char **argv);
+int gm_uninstall_main(int argc, char **argv);
+/* doctor.c: `gpumutex doctor`. */
+int gm_doctor_main(int argc, char **argv);
 
 /* Format a duration in nanoseconds as 45s, 2m13s, 1h05m or 3d02h. */
 void gm_cli_duration(int64_t ns, char *out, size_t len);

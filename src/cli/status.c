@@ -83,6 +83,9 @@ static void print_text(FILE *f, const char *dir, const struct gm_state *st)
 			user_name(l->uid, user, sizeof user);
 			gm_cli_duration(st->now_ns - l->start_ns, held, sizeof held);
 			list_pids(l->pids, l->npids, pids, sizeof pids);
+			if (l->nhidden) /* members in another PID namespace */
+				snprintf(pids + strlen(pids), sizeof pids - strlen(pids),
+					 "%s(%d elsewhere)", l->npids ? "+" : "", l->nhidden);
 			fprintf(f, "%-4d %-9s %-18.18s %-14.14s %-10.10s %-8s %s\n",
 				d->index, state, l->job, pids, user, held, l->cmd);
 		}
@@ -99,16 +102,22 @@ static void print_text(FILE *f, const char *dir, const struct gm_state *st)
 		return;
 	}
 	fprintf(f, "Queue (%d waiting, first served first):\n", st->nwaiters);
-	fprintf(f, "%-4s %-8s %-10s %-8s %-5s %-12s %-18s %s\n", "#", "PID", "USER",
+	fprintf(f, "%-4s %-9s %-10s %-8s %-5s %-12s %-18s %s\n", "#", "PID", "USER",
 		"WAITED", "WANTS", "OF GPUS", "JOB", "COMMAND");
 	for (int i = 0; i < st->nwaiters; i++) {
 		const struct gm_state_waiter *w = &st->waiters[i];
+		char pid[16];
 
 		user_name(w->uid, user, sizeof user);
 		gm_cli_duration(st->now_ns - w->since_ns, held, sizeof held);
 		gm_format_list(devs, sizeof devs, w->devices, w->ndevices);
-		fprintf(f, "%-4d %-8d %-10.10s %-8s %-5d %-12s %-18.18s %s\n", i + 1,
-			(int)w->pid, user, held, w->want, devs, w->job, w->cmd);
+		/* Another PID namespace's number would name another process
+		 * here: not shown. */
+		snprintf(pid, sizeof pid, w->pid_hidden ? "elsewhere" : "%d",
+			 (int)w->pid);
+		fprintf(f, "%-4d %-9s %-10.10s %-8s %-5d %-12s %-18.18s %s\n", i + 1,
+			pid, user, held, w->want, devs, w->job,
+			w->pid_hidden ? "(not visible from here)" : w->cmd);
 	}
 }
 
@@ -181,6 +190,7 @@ static void print_json(FILE *f, const char *dir, const struct gm_state *st,
 		json_str(f, user);
 		fprintf(f, ", \"pids\": ");
 		json_ints(f, pids, l->npids);
+		fprintf(f, ", \"pids_hidden\": %d", l->nhidden);
 		fprintf(f, ", \"command\": ");
 		json_str(f, l->cmd);
 		fprintf(f, ", \"devices\": ");
@@ -195,9 +205,14 @@ static void print_json(FILE *f, const char *dir, const struct gm_state *st,
 		const struct gm_state_waiter *w = &st->waiters[i];
 
 		user_name(w->uid, user, sizeof user);
-		fprintf(f, "%s{\"position\": %d, \"ticket\": %" PRIu64
-			", \"pid\": %d, \"uid\": %u, \"user\": ",
-			i ? ", " : "", i + 1, w->ticket, (int)w->pid, (unsigned)w->uid);
+		fprintf(f, "%s{\"position\": %d, \"ticket\": %" PRIu64 ", \"pid\": ",
+			i ? ", " : "", i + 1, w->ticket);
+		if (w->pid_hidden)
+			fprintf(f, "null");
+		else
+			fprintf(f, "%d", (int)w->pid);
+		fprintf(f, ", \"pid_visible\": %s, \"uid\": %u, \"user\": ",
+			w->pid_hidden ? "false" : "true", (unsigned)w->uid);
 		json_str(f, user);
 		fprintf(f, ", \"job\": ");
 		json_str(f, w->job);

@@ -281,4 +281,19 @@ void gm__crashpoint(const char *name);
 /* Read this process's command line (NULs as spaces, cut to GM_CMD_MAX). */
 void gm__cmdline(pid_t pid, char *out, size_t outlen);
 
+/* This process's PID namespace (the inode of /proc/self/ns/pid; 0 when
+ * unknown). Records carry it so that a reader in another namespace (a
+ * container sharing the lock directory) does not show PIDs that mean
+ * other processes there. */
+unsigned long long gm__pidns(void);
+
+/* Is `pid`, as seen from here, the process of user `uid` that took the
+ * ticket `ticket` (its FIFO's stat) at `since_ns` (CLOCK_REALTIME)? 0 when
+ * no such process is visible, it belongs to another user, it does not
+ * have the ticket open (when its descriptors can be listed: ours, or as
+ * root), or it started after the ticket (otherwise): the ticket's owner is
+ * then in another PID namespace. 1 otherwise. */
+int gm__pid_here(pid_t pid, uid_t uid, int64_t since_ns,
+		 const struct stat *ticket);
+
 #endif

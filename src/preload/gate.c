@@ -17,7 +17,10 @@
  * thread was in BUSY starts again from NEW (see atfork_child).
  */
 #define _GNU_SOURCE
+#include "compat.h" /* dladdr1 at its oldest version */
+#include <dlfcn.h>
 #include <errno.h>
+#include <link.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -375,6 +378,21 @@ __attribute__((constructor)) static void atfork_register(void)
 	pthread_atfork(NULL, NULL, atfork_child);
 }
 
+/* GM_RESOLVE_INSTALLED when this library is the copy that `gpumutex
+ * install --system` placed (as ld.so.preload names it): its file going
+ * missing then fails closed instead of letting processes by. */
+static int installed_copy(void)
+{
+	Dl_info self;
+	struct link_map *lm = NULL;
+
+	if (dladdr1((void *)installed_copy, &self, (void **)&lm,
+		    RTLD_DL_LINKMAP) && self.dli_fname &&
+	    strcmp(self.dli_fname, GM_INSTALL_LIB) == 0)
+		return GM_RESOLVE_INSTALLED;
+	return 0;
+}
+
 /*
  * Decide, and take the lease when configured. Returns 0 (OPEN) or the
  * CUDA error (SHUT). Sets *py when os.environ needs updating.
@@ -385,13 +403,19 @@ static int gate_run(int *py)
 	 * a 16 KiB stack): gate_run runs under gate_lock, one thread at a
 	 * time. */
 	static struct gm_config cfg;
+	static struct gm_conf_info conf_info;
 	static char err[GM_ERR_MAX];
 	struct gm_acquire_hooks hooks;
 	struct wait_ctx ctx;
 	const char *cvd;
 	int rc;
 
-	rc = gm_config_from_env(&cfg, err, sizeof err);
+	/* The configuration: /etc/gpumutex.conf (machine-wide mode) and
+	 * the environment, read here, once per process (src/lease/
+	 * conffile.c). Settings an enforcing file refuses are dropped with
+	 * one line; the process queues under the file's. */
+	rc = gm_config_resolve(&cfg, &conf_info, installed_copy(), err,
+			       sizeof err);
 	if (rc == 1)
 		return 0; /* not configured: pass through */
 	if (rc < 0) {
@@ -399,6 +423,9 @@ static int gate_run(int *py)
 			err);
 		return GMP_CUDA_ERROR_INVALID_VALUE;
 	}
+	if (conf_info.notes[0])
+		gmp_say("%s; this process queues under %s's settings",
+			conf_info.notes, conf_info.file);
 	cvd = getenv("CUDA_VISIBLE_DEVICES");
 	if (cvd) {
 		rc = narrow(&cfg, cvd, err, sizeof err);
