@@ -196,6 +196,7 @@ def test_html_report_renders_in_chromium(built, tmp_path):
     assert 'class="agg"' in dom       # short jobs merged
     assert 'class="idle"' in dom      # idle stretches marked
     assert 'class="lease"' in dom
+    assert 'class="idle-waited"' in dom  # free GPU while someone waited
     keep = os.environ.get("GM_REPORT_PNG")
     if keep:
         shutil.copy(png, keep)

@@ -150,6 +150,12 @@ static void axis(FILE *f, const struct geo *g, double y0, double y1)
 	fprintf(f, "</g>\n");
 }
 
+static int cmp64(const void *a, const void *b)
+{
+	int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+	return x < y ? -1 : x > y;
+}
+
 /* A run of thin bars, drawn as one block. */
 struct agg { double x0, x1; int n; unsigned uid; int mixed; int64_t t0, t1; };
 
@@ -174,6 +180,64 @@ static void agg_flush(FILE *f, const struct gm_report *r, struct agg *a, double 
 	a->n = 0;
 }
 
+static void flush_idle(FILE *f, const struct geo *g, int64_t a, int64_t b,
+		       double y)
+{
+	if (b <= a)
+		return;
+	fprintf(f, "<rect class=\"idle-waited\" x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%d\" fill=\"#f3a5a5\"><title>GPU free while a claim for it waited</title></rect>\n",
+		X(g, a), y, X(g, b) - X(g, a) < 1 ? 1 : X(g, b) - X(g, a), ROW);
+}
+
+/* The stretches where the GPU was free while a claim that could use it
+ * waited (the report's "idle while someone waited"), under the bars. */
+static void idle_waited(FILE *f, const struct gm_report *r,
+			const struct geo *g, uint64_t bit, double y)
+{
+	const struct gm_log *L = r->log;
+	int64_t *cut = malloc(sizeof *cut * (size_t)(2 * (L->nspans + L->nwaits) + 2));
+	int64_t run0 = 0, run1 = 0;
+	int n = 0;
+
+	if (!cut)
+		return;
+	for (int s = 0; s < L->nspans; s++)
+		if (L->spans[s].dev & bit) {
+			cut[n++] = L->spans[s].start;
+			cut[n++] = L->spans[s].end;
+		}
+	for (int w = 0; w < L->nwaits; w++)
+		if (L->waits[w].cand & bit) {
+			cut[n++] = L->waits[w].start;
+			cut[n++] = strcmp(L->waits[w].outcome, "waiting") ? L->waits[w].end : g->to;
+		}
+	qsort(cut, (size_t)n, sizeof *cut, cmp64);
+	for (int k = 0; k + 1 < n; k++) {
+		int64_t a = cut[k], b = cut[k + 1], mid = a + (b - a) / 2;
+		int leased = 0, waited = 0;
+		if (b <= a || b <= g->from || a >= g->to)
+			continue;
+		for (int s = 0; s < L->nspans && !leased; s++)
+			leased = (L->spans[s].dev & bit) && L->spans[s].start <= mid &&
+				 mid < L->spans[s].end;
+		for (int w = 0; w < L->nwaits && !waited && !leased; w++) {
+			const struct gm_wait *x = &L->waits[w];
+			int64_t e = strcmp(x->outcome, "waiting") ? x->end : g->to;
+			waited = (x->cand & bit) && x->start <= mid && mid < e;
+		}
+		if (!leased && waited) {
+			/* Adjacent pieces make one block (no seams). */
+			if (run1 != a)
+				flush_idle(f, g, run0, run1, y);
+			if (run1 != a)
+				run0 = a;
+			run1 = b;
+		}
+	}
+	flush_idle(f, g, run0, run1, y);
+	free(cut);
+}
+
 static void row(FILE *f, const struct gm_report *r, const struct geo *g,
 		int gi, double y)
 {
@@ -185,6 +249,7 @@ static void row(FILE *f, const struct gm_report *r, const struct geo *g,
 	fprintf(f, "<g id=\"gpu-row-%d\">\n<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%d\" fill=\"#f4f4f4\"/>\n"
 		"<text x=\"%d\" y=\"%.1f\" font-size=\"13\" font-weight=\"bold\" text-anchor=\"end\">GPU %d</text>\n",
 		d, g->x0, y, g->w, ROW, LEFT - 10, y + ROW / 2 + 5, d);
+	idle_waited(f, r, g, bit, y);
 	for (int s = 0; s < L->nspans; s++) {
 		const struct gm_span *p = &L->spans[s];
 		double x0, x1;
@@ -306,7 +371,7 @@ void gm_report_svg(FILE *f, const struct gm_report *r, int standalone)
 {
 	struct geo g = { r->from, r->to > r->from ? r->to : r->from + 1000000000LL,
 			 LEFT, W - LEFT - RIGHT };
-	int ng = r->ngpus, legend_rows = (r->nusers + 2) / 6 + 1;
+	int ng = r->ngpus, legend_rows = (r->nusers + 3) / 6 + 1;
 	double rows_end = TOP + ng * (ROW + GAP), qy = rows_end + 30;
 	int h = (int)(qy + QH + 24 + legend_rows * 20 + 10);
 	char a[32], b[32], c[32];
@@ -334,7 +399,7 @@ void gm_report_svg(FILE *f, const struct gm_report *r, int standalone)
 	{
 		double x = LEFT, y = qy + QH + 24;
 		int k = 0;
-		for (int i = 0; i <= r->nusers + 1; i++, k++) {
+		for (int i = 0; i <= r->nusers + 2; i++, k++) {
 			char user[64];
 			if (k == 6) {
 				k = 0, x = LEFT, y += 20;
@@ -349,6 +414,10 @@ void gm_report_svg(FILE *f, const struct gm_report *r, int standalone)
 				fprintf(f, "<rect x=\"%.1f\" y=\"%.1f\" width=\"14\" height=\"14\" fill=\"#888\"/><rect x=\"%.1f\" y=\"%.1f\" width=\"14\" height=\"14\" fill=\"url(#idle-hatch)\"/>"
 					"<text x=\"%.1f\" y=\"%.1f\">GPU idle inside a lease</text>\n",
 					x, y - 11, x, y - 11, x + 19, y);
+			} else if (i == r->nusers + 2) {
+				fprintf(f, "<rect x=\"%.1f\" y=\"%.1f\" width=\"14\" height=\"14\" fill=\"#f3a5a5\"/>"
+					"<text x=\"%.1f\" y=\"%.1f\">GPU free while someone waited</text>\n",
+					x, y - 11, x + 19, y);
 			} else {
 				fprintf(f, "<rect x=\"%.1f\" y=\"%.1f\" width=\"14\" height=\"14\" fill=\"#888\"/><rect x=\"%.1f\" y=\"%.1f\" width=\"14\" height=\"14\" fill=\"url(#agg-stripes)\"/>"
 					"<text x=\"%.1f\" y=\"%.1f\">many short leases, merged</text>\n",
