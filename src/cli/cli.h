@@ -32,4 +32,16 @@ const char *gm_cli_opt(int argc, char **argv, int *i, const char *name);
 const char *gm_cli_lock_dir(const char *prog, const char *dir,
 			    const char *name);
 
+/* `gpumutex log`, `gpumutex report`, `gpumutex sample`. */
+int gm_log_main(int argc, char **argv);
+int gm_report_main(int argc, char **argv);
+int gm_sample_main(int argc, char **argv);
+
+/* A user name's uid, or -1. */
+long gm_cli_uid_of(const char *name);
+
+/* The ids of the leases alive in `dir` now (malloc'ed; *n of them, 0
+ * when the directory cannot be read). */
+uint64_t *gm_cli_live_leases(const char *dir, int *n);
+
 #endif

@@ -1,6 +1,6 @@
 /*
  * gpumutex.c - the `gpumutex` command: status, run, init, install,
- * uninstall, doctor.
+ * uninstall, doctor, log, report, sample.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -41,6 +41,11 @@ static void usage(FILE *f)
 		"  status [--json] [--watch]   who holds which GPU, and who waits\n"
 		"  run [OPTIONS] -- CMD...     run CMD with gpumutex (same as gpumutex-run;\n"
 		"                              `gpumutex run --help` lists its options)\n"
+		"  log [--since WHEN] [--job J] [--user U] [--follow] [--json]\n"
+		"                              the event log: waits, grants, lease ends\n"
+		"  report [--since 24h] [--json] [--svg FILE] [--html FILE]\n"
+		"                              what the GPUs did: leased, idle, waits, users\n"
+		"  sample [--interval S]       record GPU utilisation (NVML) in the log\n"
 		"  init [--lock-dir DIR] --visible-devices LIST\n"
 		"                              make the lock directory and device files\n"
 		"                              now (as root: files nobody else can remove)\n"
@@ -160,6 +165,9 @@ static const struct {
 	{ "install", gm_install_main },
 	{ "uninstall", gm_uninstall_main },
 	{ "doctor", gm_doctor_main },
+	{ "log", gm_log_main },
+	{ "report", gm_report_main },
+	{ "sample", gm_sample_main },
 };
 
 int main(int argc, char **argv)

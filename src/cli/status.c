@@ -17,6 +17,7 @@
 
 #include "cli.h"
 #include "lease.h"
+#include "nvml.h"
 
 static void user_name(uid_t uid, char *out, size_t len)
 {
@@ -149,7 +150,7 @@ static double secs(int64_t ns) { return (double)ns / 1e9; }
  * incompatible change. One document is one line (no newline inside), so
  * that --watch writes JSON Lines: a reader takes one line per refresh. */
 static void print_json(FILE *f, const char *dir, const struct gm_state *st,
-		       int exists)
+		       int exists, const struct gm_nvml *nv)
 {
 	char user[64];
 
@@ -222,7 +223,9 @@ static void print_json(FILE *f, const char *dir, const struct gm_state *st,
 		fprintf(f, ", \"since\": %.3f, \"waited_s\": %.3f}", secs(w->since_ns),
 			secs(st->now_ns - w->since_ns));
 	}
-	fprintf(f, "]}\n");
+	fprintf(f, "]");
+	gm_status_nvml_json(f, st, nv); /* NVML (nvml.c) */
+	fprintf(f, "}\n");
 }
 
 /* Longest --interval, seconds: a day between refreshes is already more
@@ -318,6 +321,13 @@ int gm_status_main(int argc, char **argv)
 		struct gm_state st;
 		char err[GM_ERR_MAX];
 		int rc = gm_state_read(dir, &st, err, sizeof err);
+		struct gm_nvml *nv = calloc(1, sizeof *nv);
+
+		if (!nv) {
+			fprintf(stderr, "gpumutex status: out of memory\n");
+			return 1;
+		}
+		gm_nvml_read(nv); /* NVML (nvml.c) */
 
 		if (clear)
 			fputs("\033[H\033[J", stdout);
@@ -326,19 +336,23 @@ int gm_status_main(int argc, char **argv)
 		frame++;
 		if (rc == -ENOENT) {
 			if (json)
-				print_json(stdout, dir, &st, 0);
+				print_json(stdout, dir, &st, 0, nv);
 			else
 				printf("gpumutex status: %s\n", err);
 		} else if (rc) {
 			fprintf(stderr, "gpumutex status: %s\n", err);
+			free(nv);
 			return 1;
 		} else {
 			if (json)
-				print_json(stdout, dir, &st, 1);
-			else
+				print_json(stdout, dir, &st, 1, nv);
+			else {
 				print_text(stdout, dir, &st);
+				gm_status_nvml_text(stdout, &st, nv);
+			}
 			gm_state_free(&st);
 		}
+		free(nv);
 		fflush(stdout);
 		if (watch && !stop) {
 			struct timespec ts = { (time_t)interval,

@@ -352,6 +352,17 @@ int gm_lockdir_secure(const struct gm_config *cfg, char *err, size_t errlen);
  */
 int gm_lockdir_declare(const struct gm_config *cfg, char *err, size_t errlen);
 
+/*
+ * Append a record "gm1 <event> t= mono= uid= pid= job=- <fields>" to this
+ * user's event log in `lock_dir` (job/<user>/events.log, docs/report.md),
+ * making the user's directory if needed. For `gpumutex sample`'s
+ * utilisation records; the lease core writes its own. 0 (also when the
+ * log is off, GPUMUTEX_LOG=0, or its file is refused as not ours) or
+ * -errno with a message when the lock directory is unusable.
+ */
+int gm_event_append(const char *lock_dir, const char *event,
+		    const char *fields, char *err, size_t errlen);
+
 /* ---- Introspection ---------------------------------------------------- */
 
 enum gm_dev_state { GM_DEV_FREE = 0, GM_DEV_HELD = 1, GM_DEV_GRANTING = 2 };
