@@ -28,7 +28,10 @@ TEST_BINS := $(B)/tests/lease-unit $(B)/tests/lease-holder \
              $(B)/tests/crashshim.so
 SAN_BINS  := $(B)/tests/lease-unit-san $(B)/tests/lease-holder-san
 
-CLI_SRC := src/cli/gpumutex.c src/cli/status.c src/cli/run.c
+CLI_SRC := src/cli/gpumutex.c src/cli/status.c src/cli/run.c \
+           src/cli/install.c src/cli/sysfile.c src/cli/doctor.c \
+           src/cli/evlog.c src/cli/log.c src/cli/report.c src/cli/report_json.c src/cli/svg.c \
+           src/cli/nvml.c src/cli/sample.c
 CLI_HDR := $(wildcard src/cli/*.h)
 
 # `make`: everything a user runs (the library, gpumutex, gpumutex-run) and
@@ -36,7 +39,7 @@ CLI_HDR := $(wildcard src/cli/*.h)
 .DEFAULT_GOAL := all
 .PHONY: all
 all: $(B)/liblease.a $(TEST_BINS) $(B)/gpumutex $(B)/libgpumutex.so \
-     $(B)/gpumutex-run
+     $(B)/gpumutex-run fakenvml
 
 .PHONY: gate portability distro-check
 # The load gate (glibc floor, NEEDED, exports): docs/portability.md. The
@@ -70,7 +73,7 @@ $(B)/san/%.o: src/%.c $(LEASE_HDR)
 
 $(B)/gpumutex: $(CLI_SRC) $(CLI_HDR) $(B)/liblease.a
 	@mkdir -p $(dir $@)
-	$(CC) $(WARN) $(CFLAGS) -Isrc/lease -Isrc/cli -o $@ $(CLI_SRC) $(B)/liblease.a
+	$(CC) $(WARN) $(CFLAGS) -Isrc/lease -Isrc/cli -o $@ $(CLI_SRC) $(B)/liblease.a -ldl
 
 $(B)/liblease.a: $(LEASE_OBJ)
 	@rm -f $@
@@ -95,7 +98,10 @@ $(B)/tests/%-san: tests/lease/%.c $(B)/liblease-san.a $(LEASE_HDR) tests/lease/t
 
 # Makefile fragments of the other modules (each defines its own targets).
 -include tests/fakecuda/module.mk
+-include tests/fakenvml/module.mk
 -include src/preload/module.mk
+-include src/offload/module.mk
+-include src/offload/policy.mk
 
 sanitizer-tests: $(SAN_BINS)
 
@@ -146,7 +152,7 @@ lint:
 	  --std=c11 --inline-suppr -Isrc/lease -Isrc/cli \
 	  src/lease src/preload src/cli tests/lease tests/preload tests/stress \
 	  bench demo
-	shellcheck .ci/run tools/*.sh tests/fakecuda/gen-stubs.sh
+	shellcheck .ci/run tools/*.sh tests/fakecuda/gen-stubs.sh tests/system/run.sh
 
 clean:
 	rm -rf $(B)

@@ -103,6 +103,8 @@ def main():
           f"{platform.platform()}), {time.strftime('%Y-%m-%d %H:%M')}")
     try:
         bench_handoff(tmp)
+        import evlog_bench
+        evlog_bench.run(tmp, row)
         bench_scale(tmp)
         import queue_bench
         queue_bench.run(tmp, row)

@@ -67,6 +67,21 @@ def run(tmp, row):
             f"{(b - c) / a * 100:+.1f} % over an empty preload; target "
             f"within 1 %)")
 
+    # Machine-wide mode (/etc/ld.so.preload): every program gets the
+    # library with no GPUMUTEX_* variable at all (the settings are in
+    # /etc/gpumutex.conf, read at the first cuInit only). The dynamic
+    # linker loads an ld.so.preload entry as it loads an LD_PRELOAD one,
+    # so this is measured with LD_PRELOAD in an emptied environment (this
+    # machine's own /etc is not touched).
+    bare = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
+    for name, argv, n in (("/bin/true", ["/bin/true"], 300),
+                          ("python3 -c pass", [sys.executable, "-c", "pass"], 60)):
+        a, b, c = startup(argv, bare, n, empty)
+        row(f"machine-wide mode, start-up of {name} (never uses CUDA, no "
+            f"GPUMUTEX_* variables): libgpumutex.so / empty preload "
+            f"(median of {n})", f"{b / c:.3f}",
+            f"({c / 1e6:.2f} -> {b / 1e6:.2f} ms; target within 1 %)")
+
     libc = "libc.so.6"
     for label, name, lib in (("non-CUDA name (strlen)", "strlen", libc),
                              ("CUDA name (cuInit)", "cuInit",

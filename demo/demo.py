@@ -55,6 +55,18 @@ def real_gpus():
         return 0
 
 
+def show_report(lockdir):
+    """The report of this run (`gpumutex report`), and its picture."""
+    out = os.path.join(BUILD, "demo")
+    os.makedirs(out, exist_ok=True)
+    svg, html = os.path.join(out, "report.svg"), os.path.join(out, "report.html")
+    print("\nThe report of this run (gpumutex report --since 1h):\n", flush=True)
+    r = subprocess.run([os.path.join(BUILD, "gpumutex"), "report", "--lock-dir",
+                        lockdir, "--since", "1h", "--svg", svg, "--html", html])
+    print(f"\nPicture of this run: {svg} (and the page {html})", flush=True)
+    return r.returncode
+
+
 def main():
     tmp = tempfile.mkdtemp(prefix="gpumutex-demo-")
     journal = os.path.join(tmp, "journal")
@@ -86,6 +98,7 @@ def main():
     if ngpu:
         codes = [p.wait() for _, p in procs.values()]
         print("\nAll jobs finished:", "ok" if not any(codes) else codes)
+        show_report(lockdir)
         shutil.rmtree(tmp, ignore_errors=True)
         return 1 if any(codes) else 0
     seen = 0
@@ -129,11 +142,12 @@ def main():
     print("\nNo two jobs ever used one GPU at the same time (checked from the "
           "driver's journal);\nGPU-hungry jobs waited in arrival order, and "
           "2-GPU jobs got both GPUs at once.")
+    rc = show_report(lockdir)
     shutil.rmtree(tmp, ignore_errors=True)
     bad = {n: c for n, c in codes.items() if c}
     if bad:
         print("jobs failed:", bad)
-    return 1 if bad else 0
+    return 1 if bad or rc else 0
 
 
 if __name__ == "__main__":

@@ -18,3 +18,9 @@ def test_demo_runs(built):
     assert "No two jobs ever used one GPU" in r.stdout
     assert r.stdout.count("cuInit: gpumutex granted GPU") == 6
     assert "waits for" in r.stderr  # the library's one-line waiting message
+    # It ends with the report of its own run, and says where the picture is.
+    assert "The report of this run" in r.stdout
+    assert "Waits: " in r.stdout and "HAND-OFFS" in r.stdout
+    svg = os.path.join(REPO, "build", "demo", "report.svg")
+    assert f"Picture of this run: {svg}" in r.stdout
+    assert 'id="timeline"' in open(svg).read()

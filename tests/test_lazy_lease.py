@@ -273,6 +273,14 @@ def test_no_context_gives_the_lease_back_and_queues_again(one, how):
     mine = [e for e in ev if e["pid"] == str(a.p.pid)]
     assert [e["cvd"] for e in mine if e["ev"] == "init"] == ["0"]
     assert [e["dev"] for e in mine if e["ev"] == "begin"] == ["0", "0"]
+    # The event log (docs/report.md): the give-back is A's exit record for
+    # its first lease, marked; its second lease ends at its exit.
+    log = "".join(f.read_text() for f in
+                  Path(one["GPUMUTEX_LOCK_DIR"]).glob("job/*/events.log"))
+    exits = [l for l in log.splitlines()
+             if " exit " in " %s " % l and "pid=%d " % a.p.pid in l]
+    assert len(exits) == 2 and "why=give-back" in exits[0], log
+    assert "why=" not in exits[1]
 
 
 def test_a_context_keeps_the_lease(one):

@@ -5,6 +5,7 @@ import pathlib
 import re
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
+MARKER = "# -- host-only test packages (not in the distro-check roots) --"
 
 
 def ci_packages():
@@ -40,3 +41,32 @@ def test_readme_line_is_the_list():
 def test_ci_run_installs_the_list():
     run = (REPO / ".ci" / "run").read_text()
     assert ".ci/packages" in run and "--no-install-recommends" in run
+
+
+def distro_packages():
+    """The lines above the host-only marker: what the distro-check roots
+    are bootstrapped with."""
+    text = (REPO / ".ci" / "packages").read_text()
+    return [ln.split("#", 1)[0].strip() for ln in text.split(MARKER + "\n")[0].splitlines()
+            if ln.split("#", 1)[0].strip()]
+
+
+def test_host_only_packages_are_below_the_marker():
+    lines = (REPO / ".ci" / "packages").read_text().splitlines()
+    assert lines.count(MARKER) == 1
+    roots = distro_packages()
+    assert roots and set(roots) < set(ci_packages())
+    for host_only in ("python3-numpy", "python3-scipy", "gfortran"):
+        assert host_only in ci_packages() and host_only not in roots
+
+
+def test_distro_build_bootstraps_only_above_the_marker():
+    sh = (REPO / "tools" / "distro-build.sh").read_text()
+    assert MARKER in sh
+    import subprocess
+    line = [ln for ln in sh.splitlines() if ln.startswith("mapfile -t packages")]
+    assert len(line) == 1
+    cmd = line[0].split("< <(", 1)[1].rsplit(")", 1)[0]
+    out = subprocess.run(["bash", "-c", cmd], cwd=REPO, capture_output=True,
+                         text=True, check=True).stdout.split()
+    assert out == distro_packages()

@@ -27,10 +27,12 @@ from typing import Any, Dict, Optional, Sequence, Union
 
 from ._config import Devices, PathArg, child_environ, environ
 from ._paths import library_path
+from ._observe import events, status
 
 __version__ = "0.1.0"
 
 __all__ = ["run", "system", "Popen", "environ", "library_path",
+           "status", "events",
            "__version__"]
 
 _Args = Union[str, bytes, "os.PathLike[str]", "os.PathLike[bytes]",

@@ -11,6 +11,11 @@
  * subcommand's name. Return the exit status (2 for usage errors). */
 int gm_status_main(int argc, char **argv);
 int gm_init_main(int argc, char **argv);
+/* install.c: `gpumutex install --system`, `gpumutex uninstall --system`. */
+int gm_install_main(int argc, char **argv);
+int gm_uninstall_main(int argc, char **argv);
+/* doctor.c: `gpumutex doctor`. */
+int gm_doctor_main(int argc, char **argv);
 
 /* Format a duration in nanoseconds as 45s, 2m13s, 1h05m or 3d02h. */
 void gm_cli_duration(int64_t ns, char *out, size_t len);
@@ -26,5 +31,17 @@ const char *gm_cli_opt(int argc, char **argv, int *i, const char *name);
  * is not an absolute path (gm_check_lock_dir). */
 const char *gm_cli_lock_dir(const char *prog, const char *dir,
 			    const char *name);
+
+/* `gpumutex log`, `gpumutex report`, `gpumutex sample`. */
+int gm_log_main(int argc, char **argv);
+int gm_report_main(int argc, char **argv);
+int gm_sample_main(int argc, char **argv);
+
+/* A user name's uid, or -1. */
+long gm_cli_uid_of(const char *name);
+
+/* The ids of the leases alive in `dir` now (malloc'ed; *n of them, 0
+ * when the directory cannot be read). */
+uint64_t *gm_cli_live_leases(const char *dir, int *n);
 
 #endif

@@ -1,5 +1,6 @@
 /*
- * gpumutex.c - the `gpumutex` command: status, run, init.
+ * gpumutex.c - the `gpumutex` command: status, run, init, install,
+ * uninstall, doctor, log, report, sample.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -40,16 +41,27 @@ static void usage(FILE *f)
 		"  status [--json] [--watch]   who holds which GPU, and who waits\n"
 		"  run [OPTIONS] -- CMD...     run CMD with gpumutex (same as gpumutex-run;\n"
 		"                              `gpumutex run --help` lists its options)\n"
+		"  log [--since WHEN] [--job J] [--user U] [--follow] [--json]\n"
+		"                              the event log: waits, grants, lease ends\n"
+		"  report [--since 24h] [--json] [--svg FILE] [--html FILE]\n"
+		"                              what the GPUs did: leased, idle, waits, users\n"
+		"  sample [--interval S]       record GPU utilisation (NVML) in the log\n"
 		"  init [--lock-dir DIR] --visible-devices LIST\n"
 		"                              make the lock directory and device files\n"
 		"                              now (as root: files nobody else can remove)\n"
+		"  install --system [OPTIONS] make gpumutex binding machine-wide (root):\n"
+		"                              /etc/ld.so.preload and /etc/gpumutex.conf\n"
+		"  uninstall --system          undo install (the configuration stays)\n"
+		"  doctor [--json]             would a CUDA program of this shell queue?\n"
 		"  help, --help                this help\n"
 		"  --version                   print the version\n"
 		"\n"
 		"Variables: GPUMUTEX_VISIBLE_DEVICES (required to manage GPUs),\n"
 		"GPUMUTEX_NUM_DEVICES (default 1), GPUMUTEX_LOCK_DIR (default %s),\n"
 		"GPUMUTEX_TIMEOUT (default: wait forever), GPUMUTEX_QUIET (1 or 0, default 0),\n"
-		"GPUMUTEX_JOB (default: fresh per job), GPUMUTEX_RECHECK_MS (default 10000).\n",
+		"GPUMUTEX_JOB (default: fresh per job), GPUMUTEX_RECHECK_MS (default 10000),\n"
+		"GPUMUTEX_CONFIG (a configuration file instead of /etc/gpumutex.conf,\n"
+		"unless that one says enforce = yes).\n",
 		GM_DEFAULT_LOCK_DIR);
 }
 
@@ -142,6 +154,22 @@ int gm_init_main(int argc, char **argv)
 	return 0;
 }
 
+/* The subcommands: one line each (each lives in its own file). */
+static const struct {
+	const char *name;
+	int (*main)(int argc, char **argv);
+} commands[] = {
+	{ "status", gm_status_main },
+	{ "init", gm_init_main },
+	{ "run", gm_run_main },
+	{ "install", gm_install_main },
+	{ "uninstall", gm_uninstall_main },
+	{ "doctor", gm_doctor_main },
+	{ "log", gm_log_main },
+	{ "report", gm_report_main },
+	{ "sample", gm_sample_main },
+};
+
 int main(int argc, char **argv)
 {
 	const char *cmd = argc > 1 ? argv[1] : NULL;
@@ -155,12 +183,9 @@ int main(int argc, char **argv)
 		printf("gpumutex %s\n", VERSION);
 		return 0;
 	}
-	if (!strcmp(cmd, "status"))
-		return gm_status_main(argc - 1, argv + 1);
-	if (!strcmp(cmd, "init"))
-		return gm_init_main(argc - 1, argv + 1);
-	if (!strcmp(cmd, "run"))
-		return gm_run_main(argc - 1, argv + 1);
+	for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+		if (!strcmp(cmd, commands[i].name))
+			return commands[i].main(argc - 1, argv + 1);
 	fprintf(stderr, "gpumutex: unknown command '%s'\n", cmd);
 	usage(stderr);
 	return 2;

@@ -6,7 +6,8 @@
  *
  * Everything is checked with the lease core's own code before the exec:
  * each flag by its parser, then the whole environment CMD will get by
- * gm_config_from_env (what the library reads it with), then the lock
+ * gm_config_resolve (what the library reads it with: the environment and
+ * /etc/gpumutex.conf), then the lock
  * directory by gm_lockdir_prepare (what the library's first claim does).
  * So a typo or an unusable directory is an error here (exit 2), not a
  * failing cuInit later in CMD. The variables go into the environment this
@@ -337,7 +338,7 @@ int gm_run_main(int argc, char **argv)
 		/* An empty variable is "not configured" for the library; here
 		 * that would run COMMAND outside the queue, so it is an error. */
 		if (!t)
-			return usage_error("no GPUs to manage: pass --visible-devices LIST or set GPUMUTEX_VISIBLE_DEVICES");
+			return usage_error("no GPUs to manage: pass --visible-devices LIST or set GPUMUTEX_VISIBLE_DEVICES (or visible_devices in /etc/gpumutex.conf)");
 		if (!flag[0] && !*t)
 			return usage_error("GPUMUTEX_VISIBLE_DEVICES is empty, which means \"not configured\" (the library would do nothing): pass --visible-devices LIST or set GPUMUTEX_VISIBLE_DEVICES to a list such as \"0,1\"");
 		if (gm_parse_devices(name, t, devices, &ndevices, err, sizeof err))
@@ -383,9 +384,18 @@ int gm_run_main(int argc, char **argv)
 	/* Then every variable as the library will read it, with its own
 	 * function: those without a flag (GPUMUTEX_QUIET when --quiet is not
 	 * given, GPUMUTEX_RECHECK_MS) and any added later. */
-	rc = gm_config_from_env(&cfg, err, sizeof err);
+	/* With /etc/gpumutex.conf too, as the library resolves it: its
+	 * visible_devices serve without a flag, and an enforcing file's
+	 * refusals are said once here. */
+	{
+		struct gm_conf_info info;
+		rc = gm_config_resolve(&cfg, &info, 0, err, sizeof err);
+		if (rc == 0 && info.notes[0])
+			fprintf(stderr, "gpumutex-run: %s; the command queues under %s's settings\n",
+				info.notes, info.file);
+	}
 	if (rc == 1)
-		return usage_error("no GPUs to manage: pass --visible-devices LIST or set GPUMUTEX_VISIBLE_DEVICES");
+		return usage_error("no GPUs to manage: pass --visible-devices LIST or set GPUMUTEX_VISIBLE_DEVICES (or visible_devices in /etc/gpumutex.conf)");
 	if (rc)
 		return usage_error("%s", err);
 	/* Inside a job that holds GPUs now, COMMAND joins it instead. */

@@ -17,6 +17,7 @@
 
 #include "cli.h"
 #include "lease.h"
+#include "nvml.h"
 
 static void user_name(uid_t uid, char *out, size_t len)
 {
@@ -82,6 +83,9 @@ static void print_text(FILE *f, const char *dir, const struct gm_state *st)
 			user_name(l->uid, user, sizeof user);
 			gm_cli_duration(st->now_ns - l->start_ns, held, sizeof held);
 			list_pids(l->pids, l->npids, pids, sizeof pids);
+			if (l->nhidden) /* members in another PID namespace */
+				snprintf(pids + strlen(pids), sizeof pids - strlen(pids),
+					 "%s(%d elsewhere)", l->npids ? "+" : "", l->nhidden);
 			fprintf(f, "%-4d %-9s %-18.18s %-14.14s %-10.10s %-8s %s\n",
 				d->index, state, l->job, pids, user, held, l->cmd);
 		}
@@ -98,16 +102,22 @@ static void print_text(FILE *f, const char *dir, const struct gm_state *st)
 		return;
 	}
 	fprintf(f, "Queue (%d waiting, first served first):\n", st->nwaiters);
-	fprintf(f, "%-4s %-8s %-10s %-8s %-5s %-12s %-18s %s\n", "#", "PID", "USER",
+	fprintf(f, "%-4s %-9s %-10s %-8s %-5s %-12s %-18s %s\n", "#", "PID", "USER",
 		"WAITED", "WANTS", "OF GPUS", "JOB", "COMMAND");
 	for (int i = 0; i < st->nwaiters; i++) {
 		const struct gm_state_waiter *w = &st->waiters[i];
+		char pid[16];
 
 		user_name(w->uid, user, sizeof user);
 		gm_cli_duration(st->now_ns - w->since_ns, held, sizeof held);
 		gm_format_list(devs, sizeof devs, w->devices, w->ndevices);
-		fprintf(f, "%-4d %-8d %-10.10s %-8s %-5d %-12s %-18.18s %s\n", i + 1,
-			(int)w->pid, user, held, w->want, devs, w->job, w->cmd);
+		/* Another PID namespace's number would name another process
+		 * here: not shown. */
+		snprintf(pid, sizeof pid, w->pid_hidden ? "elsewhere" : "%d",
+			 (int)w->pid);
+		fprintf(f, "%-4d %-9s %-10.10s %-8s %-5d %-12s %-18.18s %s\n", i + 1,
+			pid, user, held, w->want, devs, w->job,
+			w->pid_hidden ? "(not visible from here)" : w->cmd);
 	}
 }
 
@@ -140,7 +150,7 @@ static double secs(int64_t ns) { return (double)ns / 1e9; }
  * incompatible change. One document is one line (no newline inside), so
  * that --watch writes JSON Lines: a reader takes one line per refresh. */
 static void print_json(FILE *f, const char *dir, const struct gm_state *st,
-		       int exists)
+		       int exists, const struct gm_nvml *nv)
 {
 	char user[64];
 
@@ -180,6 +190,7 @@ static void print_json(FILE *f, const char *dir, const struct gm_state *st,
 		json_str(f, user);
 		fprintf(f, ", \"pids\": ");
 		json_ints(f, pids, l->npids);
+		fprintf(f, ", \"pids_hidden\": %d", l->nhidden);
 		fprintf(f, ", \"command\": ");
 		json_str(f, l->cmd);
 		fprintf(f, ", \"devices\": ");
@@ -194,9 +205,14 @@ static void print_json(FILE *f, const char *dir, const struct gm_state *st,
 		const struct gm_state_waiter *w = &st->waiters[i];
 
 		user_name(w->uid, user, sizeof user);
-		fprintf(f, "%s{\"position\": %d, \"ticket\": %" PRIu64
-			", \"pid\": %d, \"uid\": %u, \"user\": ",
-			i ? ", " : "", i + 1, w->ticket, (int)w->pid, (unsigned)w->uid);
+		fprintf(f, "%s{\"position\": %d, \"ticket\": %" PRIu64 ", \"pid\": ",
+			i ? ", " : "", i + 1, w->ticket);
+		if (w->pid_hidden)
+			fprintf(f, "null");
+		else
+			fprintf(f, "%d", (int)w->pid);
+		fprintf(f, ", \"pid_visible\": %s, \"uid\": %u, \"user\": ",
+			w->pid_hidden ? "false" : "true", (unsigned)w->uid);
 		json_str(f, user);
 		fprintf(f, ", \"job\": ");
 		json_str(f, w->job);
@@ -207,7 +223,9 @@ static void print_json(FILE *f, const char *dir, const struct gm_state *st,
 		fprintf(f, ", \"since\": %.3f, \"waited_s\": %.3f}", secs(w->since_ns),
 			secs(st->now_ns - w->since_ns));
 	}
-	fprintf(f, "]}\n");
+	fprintf(f, "]");
+	gm_status_nvml_json(f, st, nv); /* NVML (nvml.c) */
+	fprintf(f, "}\n");
 }
 
 /* Longest --interval, seconds: a day between refreshes is already more
@@ -303,6 +321,13 @@ int gm_status_main(int argc, char **argv)
 		struct gm_state st;
 		char err[GM_ERR_MAX];
 		int rc = gm_state_read(dir, &st, err, sizeof err);
+		struct gm_nvml *nv = calloc(1, sizeof *nv);
+
+		if (!nv) {
+			fprintf(stderr, "gpumutex status: out of memory\n");
+			return 1;
+		}
+		gm_nvml_read(nv); /* NVML (nvml.c) */
 
 		if (clear)
 			fputs("\033[H\033[J", stdout);
@@ -311,19 +336,23 @@ int gm_status_main(int argc, char **argv)
 		frame++;
 		if (rc == -ENOENT) {
 			if (json)
-				print_json(stdout, dir, &st, 0);
+				print_json(stdout, dir, &st, 0, nv);
 			else
 				printf("gpumutex status: %s\n", err);
 		} else if (rc) {
 			fprintf(stderr, "gpumutex status: %s\n", err);
+			free(nv);
 			return 1;
 		} else {
 			if (json)
-				print_json(stdout, dir, &st, 1);
-			else
+				print_json(stdout, dir, &st, 1, nv);
+			else {
 				print_text(stdout, dir, &st);
+				gm_status_nvml_text(stdout, &st, nv);
+			}
 			gm_state_free(&st);
 		}
+		free(nv);
 		fflush(stdout);
 		if (watch && !stop) {
 			struct timespec ts = { (time_t)interval,

@@ -16,6 +16,7 @@
 
 #include <poll.h>
 
+#include "events.h"
 #include "internal.h"
 
 /* Every GM_CLEANUP_EVERY-th ticket tidies its user's dead jobs. */
@@ -41,6 +42,7 @@ struct acq {
 	size_t errlen;
 	struct pollfd bells[GM_MAX_DEVICES]; /* claim: doorbells of busy devices */
 	int belldev[GM_MAX_DEVICES];         /* ... and their device indices */
+	struct gm__evnote ev;       /* event log: what to record (events.c) */
 };
 
 struct record {
@@ -79,5 +81,12 @@ int gm__join(struct acq *a, const struct record *r, struct gm_lease *out);
 int gm__claim(struct acq *a, struct gm_lease *out);
 /* grant.c: after a grant, name our record in job/<user>/held.<d>. */
 void gm__holder_files(struct acq *a, const struct gm_lease *l);
+
+/* events.c: the call's records (grant, join or give-up; the wait was
+ * written when it began), once the ticket and the job lock are released:
+ * off the hand-off path. `rc` is gm_lease_acquire's result. */
+void gm__ev_acquired(struct acq *a, int rc, const struct gm_lease *out);
+/* events.c: a claim is about to sleep in line for the first time. */
+void gm__ev_waiting(struct acq *a, int ahead, int head);
 
 #endif

@@ -88,11 +88,11 @@ static int probe(const struct gm__dir *d, const char *name, unsigned uid,
 
 	*fd = -1;
 	if (f == -ENOENT && uid == (unsigned)geteuid()) {
-		/* Gone, but its index is left (a claim of ours was killed
-		 * between the two unlinks): remove the index too. */
-		char index[GM__INDEX_LEN];
-		gm__index_name(index, seq);
-		unlinkat(d->queue, index, 0);
+		/* Gone, but its index may be left (a claim of ours was
+		 * killed between the two unlinks): remove it too, if it names
+		 * this ticket (a listed name may be a dead twin of the
+		 * number's live ticket, queue.c: gm__index_unlink). */
+		gm__index_unlink(d, name, seq);
 	}
 	if (f == -ENOENT || f == GM__FOREIGN)
 		return 0; /* gone (granted, gave up, cleaned), or someone
@@ -274,4 +274,64 @@ int gm__ticket_ahead(const struct gm__dir *d, const struct gm__ticket *t,
 		rc = scan(d, t, mask, m, ahead, err, errlen);
 	free(m);
 	return rc;
+}
+
+/* The every-16th-claim and `gpumutex init` cleanup (internal.h): here,
+ * beside the walk, because it removes what the walk would, by the same
+ * rules. */
+void gm__queue_sweep(const struct gm__dir *d, uid_t only, uint64_t below)
+{
+	DIR *dir;
+	struct dirent *de;
+
+	/* Only numbers the counter has passed (gm__index_unlink): at or
+	 * above it, an index removed could be made again for another
+	 * ticket while a remover still holds the old link. */
+	if (below == 0)
+		below = gm__counter_now(d);
+	if (below == 0)
+		return;
+	dir = gm__listdir(d->queue);
+	if (!dir)
+		return;
+	while ((de = readdir(dir)) != NULL) {
+		const char *nm = de->d_name;
+		uint64_t seq, mask;
+		unsigned uid;
+		int pid, want, fd;
+
+		if (gm__ticket_parse(nm, &seq, &uid, &pid, &want, &mask, NULL,
+				     0) == 0) {
+			if ((only != (uid_t)-1 && uid != (unsigned)only) ||
+			    seq >= below)
+				continue;
+			/* A ticket nobody holds is over for good. */
+			fd = gm__ticket_open(d->queue, nm, uid, NULL, 0);
+			if (fd >= 0 && gm__probe(fd, F_WRLCK, 0) == F_UNLCK)
+				gm__ticket_unlink(d, nm, seq);
+			if (fd >= 0)
+				close(fd);
+		} else if (strlen(nm) == 16 &&
+			   gm_parse_uint(nm, 16, UINT64_MAX, &seq) == 0 &&
+			   seq < below) {
+			/* An index whose ticket is gone. */
+			char name[256];
+			struct stat st;
+			ssize_t n = readlinkat(d->queue, nm, name,
+					       sizeof name - 1);
+			if (n < 0)
+				continue;
+			name[n] = '\0';
+			if (only != (uid_t)-1 &&
+			    (gm__fstatat(d->queue, nm, &st,
+					 AT_SYMLINK_NOFOLLOW) < 0 ||
+			     st.st_uid != only))
+				continue;
+			if (gm__fstatat(d->queue, name, &st,
+					AT_SYMLINK_NOFOLLOW) < 0 &&
+			    errno == ENOENT)
+				unlinkat(d->queue, nm, 0);
+		}
+	}
+	closedir(dir);
 }

@@ -251,6 +251,10 @@ int gm__claim(struct acq *a, struct gm_lease *out)
 					rang |= UINT64_C(1) << belldev[j];
 				gm__close(bells[j].fd);
 			}
+			if (rang) { /* event log: when a holder let go */
+				a->ev.woke_mono = gm__mono_ns();
+				a->ev.rang = rang;
+			}
 			if (rc == -ETIMEDOUT)
 				return gm__timed_out(a);
 			if (rc)

@@ -239,17 +239,29 @@ void gm__ticket_release(const struct gm__dir *d, struct gm__ticket *t,
 /* Remove what is provably over in queue/: tickets nobody holds and index
  * links whose ticket is gone; those of user `only`, or with (uid_t)-1 of
  * everyone (root's `gpumutex init`: in the sticky queue/ nobody else may
- * remove others' files). Lists the directory: for the every-16th-ticket
+ * remove others' files); only numbers below `below`, which the counter
+ * has passed (the caller's own ticket number; 0: the counter now, read
+ * under its lock). Lists the directory: for the every-16th-ticket
  * cleanup and `init`, never for every claim. */
-void gm__queue_sweep(const struct gm__dir *d, uid_t only);
+void gm__queue_sweep(const struct gm__dir *d, uid_t only, uint64_t below);
+
+/* The ticket counter (the next number), read under its lock without
+ * waiting for it; 0 when it cannot be known. */
+uint64_t gm__counter_now(const struct gm__dir *d);
 
 /* The name of ticket `seq`'s index link in queue/ ("<seq:016x>"). */
 #define GM__INDEX_LEN 20
 void gm__index_name(char out[GM__INDEX_LEN], uint64_t seq);
 
-/* Remove ticket `name` (and its index link) of this user. */
+/* Remove ticket `name` (number `seq`, below the counter) of this user,
+ * and its index link if that names it (a dead ticket can share its
+ * number with a live one that has the index: gm__index_unlink). */
 void gm__ticket_unlink(const struct gm__dir *d, const char *name,
 		       uint64_t seq);
+/* Remove the index link of number `seq` if it names ticket `name`. The
+ * caller knows the counter has passed `seq`. */
+void gm__index_unlink(const struct gm__dir *d, const char *name,
+		      uint64_t seq);
 
 /*
  * The youngest live ticket older than *t whose candidates intersect
@@ -280,5 +292,20 @@ void gm__crashpoint(const char *name);
 
 /* Read this process's command line (NULs as spaces, cut to GM_CMD_MAX). */
 void gm__cmdline(pid_t pid, char *out, size_t outlen);
+
+/* This process's PID namespace (the inode of /proc/self/ns/pid; 0 when
+ * unknown). Records carry it so that a reader in another namespace (a
+ * container sharing the lock directory) does not show PIDs that mean
+ * other processes there. */
+unsigned long long gm__pidns(void);
+
+/* Is `pid`, as seen from here, the process of user `uid` that took the
+ * ticket `ticket` (its FIFO's stat) at `since_ns` (CLOCK_REALTIME)? 0 when
+ * no such process is visible, it belongs to another user, it does not
+ * have the ticket open (when its descriptors can be listed: ours, or as
+ * root), or it started after the ticket (otherwise): the ticket's owner is
+ * then in another PID namespace. 1 otherwise. */
+int gm__pid_here(pid_t pid, uid_t uid, int64_t since_ns,
+		 const struct stat *ticket);
 
 #endif

@@ -152,9 +152,9 @@ int gm__record_write(struct acq *a, const struct gm_lease *l)
 	len = snprintf(buf, RECORD_WRITE_MAX,
 		       "gpumutex-lease 1\nlease=%" PRIx64 "\njob=%s\nuid=%u\n"
 		       "devices=%s\ncandidates=%s\nstart=%" PRId64 "\npid=%d\n"
-		       "cmd=%s\nmember=%d\n",
+		       "cmd=%s\npidns=%llu\nmember=%d\n",
 		       l->lease_id, a->cfg->job, (unsigned)geteuid(), list, cand,
-		       gm__real_ns(), (int)pid, a->cmd, (int)pid);
+		       gm__real_ns(), (int)pid, a->cmd, gm__pidns(), (int)pid);
 	/* Written whole under a temporary name, then renamed, so a reader
 	 * (gpumutex status) never sees half a record. We hold the job lock,
 	 * so nobody else writes this job's temporary file. It was made before
@@ -189,7 +189,7 @@ fail:
 
 void gm__record_add_member(struct acq *a)
 {
-	char name[GM_JOB_MAX + 48], line[32];
+	char name[GM_JOB_MAX + 48], line[64];
 	int fd, len;
 
 	snprintf(name, sizeof name, "%s.lease", a->jobname);
@@ -206,7 +206,10 @@ void gm__record_add_member(struct acq *a)
 			return;
 		}
 	}
-	len = snprintf(line, sizeof line, "member=%d\n", (int)getpid());
+	/* " ns=": a member in another PID namespace than the record's
+	 * writer (older readers take the number and ignore the rest). */
+	len = snprintf(line, sizeof line, "member=%d ns=%llu\n", (int)getpid(),
+		       gm__pidns());
 	if (write(fd, line, (size_t)len) < 0) {
 		/* nothing to do: status just will not list this member */
 	}

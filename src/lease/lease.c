@@ -36,6 +36,8 @@ void gm__notify_wait(struct acq *a, int ahead, int head, int job_busy)
 {
 	struct gm_wait_info info;
 
+	if (!job_busy && a->tk.seq)
+		gm__ev_waiting(a, ahead, head); /* event log: once */
 	if (a->waited)
 		return;
 	a->waited = 1;
@@ -45,7 +47,7 @@ void gm__notify_wait(struct acq *a, int ahead, int head, int job_busy)
 		a->cleaned = 1;
 		if (a->tk.seq % GM_CLEANUP_EVERY == 0) {
 			gm__cleanup_jobs(&a->d, a->jobname);
-			gm__queue_sweep(&a->d, geteuid());
+			gm__queue_sweep(&a->d, geteuid(), a->tk.seq);
 		}
 	}
 	/* With no time to wait, the process gives up at once instead: "waits
@@ -116,6 +118,8 @@ int gm_lease_acquire(const struct gm_config *cfg,
 	a->deadline = cfg->timeout_s < 0 ? -1 :
 		gm__mono_ns() + (int64_t)(cfg->timeout_s * 1e9);
 	snprintf(a->jobname, sizeof a->jobname, "%s", cfg->job);
+	a->ev.arrived_mono = gm__mono_ns(); /* event log */
+	a->ev.arrived_real = gm__real_ns();
 
 	rc = gm__dir_open(cfg->lock_dir, 1, &a->d, err, errlen);
 	if (rc) {
@@ -204,8 +208,11 @@ out:
 	if (rc == 0 && !out->joined && !a->cleaned &&
 	    a->tk.seq % GM_CLEANUP_EVERY == 0) {
 		gm__cleanup_jobs(&a->d, a->jobname);
-		gm__queue_sweep(&a->d, geteuid());
+		gm__queue_sweep(&a->d, geteuid(), a->tk.seq);
 	}
+	/* Event log: after the ticket and the job lock, so nobody waits
+	 * for it (a kill before this line loses this record only). */
+	gm__ev_acquired(a, rc, out);
 	gm__dir_close(&a->d);
 	if (rc)
 		memset(out, 0, sizeof *out);

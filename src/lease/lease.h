@@ -58,6 +58,107 @@ struct gm_config {
 int gm_config_from_env(struct gm_config *cfg, char *err, size_t errlen);
 
 /*
+ * The configuration file (docs/deploy.md, "The configuration file").
+ * GM_SYSTEM_CONFIG is fixed at build time; only a test build may change it.
+ * Format: "key = value" lines, '#' comments (a line starting with '#', or
+ * from a '#' after a blank to the end of the line), keys visible_devices,
+ * num_devices, lock_dir, timeout, quiet, recheck_ms (values as for the
+ * GPUMUTEX_* variables; quiet also yes/no) and enforce = yes|no.
+ */
+#ifndef GM_SYSTEM_CONFIG
+#define GM_SYSTEM_CONFIG "/etc/gpumutex.conf"
+#endif
+#define GM_CONF_MAX 65536 /* longest configuration file, bytes */
+/* Where `gpumutex install --system` puts the library (and names it in
+ * /etc/ld.so.preload). A library loaded from this path is a machine-wide
+ * install: gm_config_resolve's GM_RESOLVE_INSTALLED. */
+#define GM_INSTALL_LIB "/usr/local/lib/gpumutex/libgpumutex.so"
+/* gm_config_resolve flags. */
+#define GM_RESOLVE_INSTALLED 1
+
+enum {
+	GM_CONF_VISIBLE_DEVICES, GM_CONF_NUM_DEVICES, GM_CONF_LOCK_DIR,
+	GM_CONF_TIMEOUT, GM_CONF_QUIET, GM_CONF_RECHECK_MS, GM_CONF_ENFORCE,
+	GM_CONF_NKEYS
+};
+
+/* A parsed file: val[k] points into text (NULL: key absent), line[k] is
+ * its line number. */
+struct gm_conf {
+	char *text;
+	const char *val[GM_CONF_NKEYS];
+	int line[GM_CONF_NKEYS];
+	int enforce;
+	int present;
+};
+
+/* Where a resolved configuration came from (gm_config_resolve). */
+struct gm_conf_info {
+	int system_present; /* the system file exists (and was valid) */
+	int enforce;        /* ... and says enforce = yes */
+	int user_file;      /* GPUMUTEX_CONFIG's file was used instead */
+	int secure;         /* AT_SECURE: the environment was not read */
+	int from_file;      /* some setting came from the file */
+	int from_env;       /* some setting came from the environment */
+	char file[512];     /* the file whose settings apply ("" none) */
+	char notes[1024];   /* settings refused under enforce, "; "-joined */
+};
+
+/* "visible_devices" for GM_CONF_VISIBLE_DEVICES, ...; NULL if unknown. */
+const char *gm_conf_key_name(int key);
+
+/*
+ * Parse `len` bytes of `text` (modified: lines are cut in place) into `c`,
+ * which must be zeroed; `path` names the file in messages. Refuses NUL
+ * bytes, lines that are not "key = value", unknown and repeated keys, bad
+ * values, and enforce = yes without visible_devices. 0 or -EINVAL (or
+ * -ENOMEM) with a message naming the file, the line, the key and what is
+ * expected.
+ */
+int gm_conf_parse(const char *path, char *text, size_t len,
+		  struct gm_conf *c, char *err, size_t errlen);
+
+/*
+ * Read and parse the file `path` without ever blocking: opened with
+ * O_NONBLOCK | O_NOFOLLOW; refused when it is a link, not a regular file,
+ * over GM_CONF_MAX bytes, writable by group or others, or owned by anyone
+ * but root (`system`) or root and this user (otherwise). Returns 0 (c
+ * filled; gm_conf_free it), 1 when `system` and it does not exist, or
+ * -errno with a message.
+ */
+int gm_conf_load(const char *path, int system, struct gm_conf *c, char *err,
+		 size_t errlen);
+void gm_conf_free(struct gm_conf *c);
+
+/*
+ * The configuration of this process, from GM_SYSTEM_CONFIG, GPUMUTEX_CONFIG
+ * and the environment (docs/deploy.md, "Precedence"):
+ * - no system file and no GPUMUTEX_CONFIG: exactly gm_config_from_env;
+ * - a system file without enforce = yes: its settings, each overridden by
+ *   its variable; GPUMUTEX_CONFIG names a file to use instead of it;
+ * - enforce = yes: GPUMUTEX_CONFIG is ignored; the environment may narrow
+ *   (a subset of visible_devices, a num_devices up to their count, a
+ *   timeout, quiet, the job) but not choose devices outside the file's,
+ *   more of them, or another lock directory: such a setting is dropped
+ *   (the file's applies) and described in info->notes.
+ * In an AT_SECURE process no variable is read (only the system file).
+ * With GM_RESOLVE_INSTALLED in `flags` (the library was loaded from
+ * GM_INSTALL_LIB), a missing system file, or a configuration without
+ * visible devices, is an error instead of a pass-through: a machine-wide
+ * install never lets a process by unqueued because its file went away.
+ * Returns 1 when no visible devices result (pass through), 0 when `cfg`
+ * is valid, -errno with a message when the file cannot be trusted or read
+ * or any setting is malformed (the caller fails closed).
+ * gm_config_resolve_at: the same with another system file path (the CLI's
+ * --root for tests; the library uses gm_config_resolve only).
+ */
+int gm_config_resolve(struct gm_config *cfg, struct gm_conf_info *info,
+		      int flags, char *err, size_t errlen);
+int gm_config_resolve_at(const char *system_path, struct gm_config *cfg,
+			 struct gm_conf_info *info, int flags, char *err,
+			 size_t errlen);
+
+/*
  * Unsigned numbers without the C library (see num.c for why): digits of
  * `base` (10 or 16, either case) only: no blanks, sign or "0x".
  * gm_scan_uint reads the longest run of digits at `s` and sets `*end` (if
@@ -208,7 +309,9 @@ int gm_job_probe(const char *lock_dir, const char *job,
  * that share the descriptions (forked children) or have their own
  * (joiners) keep it alive, which is why nothing is unlocked here: an OFD
  * lock belongs to the description, and unlocking it would take it from a
- * child that shares it. Never fails; async-signal-safe (close(2) only).
+ * child that shares it. Then the event log's exit record of this process
+ * for the lease, marked why=give-back (none is written again at exit).
+ * Never fails.
  */
 void gm_lease_release(struct gm_lease *l);
 
@@ -251,6 +354,17 @@ int gm_lockdir_secure(const struct gm_config *cfg, char *err, size_t errlen);
  */
 int gm_lockdir_declare(const struct gm_config *cfg, char *err, size_t errlen);
 
+/*
+ * Append a record "gm1 <event> t= mono= uid= pid= job=- <fields>" to this
+ * user's event log in `lock_dir` (job/<user>/events.log, docs/report.md),
+ * making the user's directory if needed. For `gpumutex sample`'s
+ * utilisation records; the lease core writes its own. 0 (also when the
+ * log is off, GPUMUTEX_LOG=0, or its file is refused as not ours) or
+ * -errno with a message when the lock directory is unusable.
+ */
+int gm_event_append(const char *lock_dir, const char *event,
+		    const char *fields, char *err, size_t errlen);
+
 /* ---- Introspection ---------------------------------------------------- */
 
 enum gm_dev_state { GM_DEV_FREE = 0, GM_DEV_HELD = 1, GM_DEV_GRANTING = 2 };
@@ -267,6 +381,9 @@ struct gm_state_lease {
 	int ncandidates;
 	pid_t pids[32];              /* members that announced themselves */
 	int npids;
+	int nhidden;                 /* more members, in another PID
+				      * namespace (their PIDs mean other
+				      * processes here) */
 	char cmd[GM_CMD_MAX];        /* command line of the first member */
 	int64_t start_ns;            /* CLOCK_REALTIME when granted */
 };
@@ -281,6 +398,8 @@ struct gm_state_waiter {
 	int ndevices;
 	int64_t since_ns;            /* CLOCK_REALTIME when it took its ticket */
 	char cmd[GM_CMD_MAX];        /* from /proc, "" when not visible */
+	int pid_hidden;              /* pid is not this process's PID here
+				      * (another PID namespace, or gone) */
 };
 
 struct gm_state_device {
@@ -332,5 +451,30 @@ int gm_state_read_holders(const char *lock_dir, const int *devices,
 			  int ndevices, struct gm_state *st, char *err,
 			  size_t errlen);
 void gm_state_free(struct gm_state *st);
+
+/* ---- Leases that are given back (gpu-offload) ------------------------- */
+
+/*
+ * For a process that uses a GPU only now and then and gives it back when
+ * someone else wants it (gpu-offload): a lease taken without waiting is
+ * gm_lease_acquire with cfg->timeout_s == 0. Such a claim takes a ticket
+ * like any other and gives up at once, leaving nothing behind, when an
+ * older live claim whose candidates intersect its own is waiting (even if
+ * the devices it wants are free: it never jumps the queue) or when too few
+ * of its candidates are free.
+ *
+ * gm_lease_contended: is a live claim of another job (or another user)
+ * waiting for any of `lease`'s devices, i.e. would giving the lease back
+ * let a waiter in? `job` is the holder's own job (its own processes never
+ * queue behind it: they join). Reads like gm_state_read (no lock, so it
+ * never delays anyone; its cost grows with the number of jobs and waiters
+ * in the directory). Returns 1 or 0, or -errno with a message.
+ *
+ * Giving the lease back is gm_lease_release (above). A process that calls
+ * it must have stopped using the devices first (for CUDA: its contexts
+ * destroyed), since the next waiter may be granted them at once.
+ */
+int gm_lease_contended(const char *lock_dir, const struct gm_lease *lease,
+		       const char *job, char *err, size_t errlen);
 
 #endif

@@ -542,7 +542,7 @@ int gm_lockdir_secure(const struct gm_config *cfg, char *err, size_t errlen)
 			gm__close(fd);
 	}
 	if (rc == 0)
-		gm__queue_sweep(&d, (uid_t)-1);
+		gm__queue_sweep(&d, (uid_t)-1, 0);
 	gm__dir_close(&d);
 	return rc;
 }

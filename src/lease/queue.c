@@ -508,15 +508,37 @@ int gm__ticket_take(const struct gm__dir *d, const struct gm_config *cfg,
 	return rc;
 }
 
+/*
+ * One number can belong to two tickets: a claim killed between its
+ * ticket's name and its index link leaves a dead ticket N without an
+ * index and the counter still at N, so the next claim's ticket is
+ * numbered N too and gets the index queue/<N>. Whoever removes the dead
+ * one must leave the live one's index, or every walk passes that waiter
+ * as gone. So an index is removed only while it names the ticket being
+ * removed. The link cannot be replaced between the readlink and the
+ * unlink: every caller knows that the counter has passed `seq` (it is
+ * below the caller's own ticket, or below the counter it read), so no
+ * claim makes queue/<seq> again.
+ */
+void gm__index_unlink(const struct gm__dir *d, const char *name, uint64_t seq)
+{
+	char index[GM__INDEX_LEN], link[256];
+	size_t len = strlen(name);
+	ssize_t n;
+
+	gm__index_name(index, seq);
+	n = readlinkat(d->queue, index, link, sizeof link);
+	if (n >= 0 && (size_t)n == len && len < sizeof link &&
+	    memcmp(link, name, len) == 0)
+		unlinkat(d->queue, index, 0);
+}
+
 void gm__ticket_unlink(const struct gm__dir *d, const char *name,
 		       uint64_t seq)
 {
-	char index[GM__INDEX_LEN];
-
 	/* The name first: an index whose ticket is gone reads as gone. */
 	unlinkat(d->queue, name, 0);
-	gm__index_name(index, seq);
-	unlinkat(d->queue, index, 0);
+	gm__index_unlink(d, name, seq);
 }
 
 void gm__ticket_release(const struct gm__dir *d, struct gm__ticket *t,
@@ -531,8 +553,15 @@ void gm__ticket_release(const struct gm__dir *d, struct gm__ticket *t,
 	if (granted && t->cfd >= 0 && t->marks_ok)
 		marks_passed(t->cfd, granted, t->seq);
 	/* Unlink first: whoever wakes up at our close rescans the queue and
-	 * must not find us there. */
-	gm__ticket_unlink(d, t->name, t->seq);
+	 * must not find us there. The index is ours (ticket_link made it,
+	 * and others remove only an index naming the ticket they remove):
+	 * no readlink on the hand-off path. */
+	unlinkat(d->queue, t->name, 0);
+	{
+		char index[GM__INDEX_LEN];
+		gm__index_name(index, t->seq);
+		unlinkat(d->queue, index, 0);
+	}
 	gm__unlock_all(t->fd);
 	gm__close(t->fd);
 	t->fd = -1;
@@ -541,49 +570,29 @@ void gm__ticket_release(const struct gm__dir *d, struct gm__ticket *t,
 	t->cfd = -1;
 }
 
-void gm__queue_sweep(const struct gm__dir *d, uid_t only)
+/* Under the lock tried a few times, never waited for: a sweep is best
+ * effort, and is skipped when this says 0. */
+uint64_t gm__counter_now(const struct gm__dir *d)
 {
-	DIR *dir = gm__listdir(d->queue);
-	struct dirent *de;
+	char buf[COUNTER_LEN + 1];
+	uint64_t seq = 0;
+	int cfd, locked = 0;
 
-	if (!dir)
-		return;
-	while ((de = readdir(dir)) != NULL) {
-		const char *nm = de->d_name;
-		uint64_t seq, mask;
-		unsigned uid;
-		int pid, want, fd;
-
-		if (gm__ticket_parse(nm, &seq, &uid, &pid, &want, &mask, NULL,
-				     0) == 0) {
-			if (only != (uid_t)-1 && uid != (unsigned)only)
-				continue;
-			/* A ticket nobody holds is over for good. */
-			fd = gm__ticket_open(d->queue, nm, uid, NULL, 0);
-			if (fd >= 0 && gm__probe(fd, F_WRLCK, 0) == F_UNLCK)
-				gm__ticket_unlink(d, nm, seq);
-			if (fd >= 0)
-				close(fd);
-		} else if (strlen(nm) == 16 &&
-			   gm_parse_uint(nm, 16, GM_SEQ_MAX, &seq) == 0) {
-			/* An index whose ticket is gone. */
-			char name[256];
-			struct stat st;
-			ssize_t n = readlinkat(d->queue, nm, name,
-					       sizeof name - 1);
-			if (n < 0)
-				continue;
-			name[n] = '\0';
-			if (only != (uid_t)-1 &&
-			    (gm__fstatat(d->queue, nm, &st,
-					 AT_SYMLINK_NOFOLLOW) < 0 ||
-			     st.st_uid != only))
-				continue;
-			if (gm__fstatat(d->queue, name, &st,
-					AT_SYMLINK_NOFOLLOW) < 0 &&
-			    errno == ENOENT)
-				unlinkat(d->queue, nm, 0);
-		}
+	cfd = gm__open(d->queue, "ticket counter queue/seq", "seq", O_RDWR, 0,
+		       0, NULL, 0);
+	if (cfd < 0)
+		return 0;
+	for (int i = 0; i < 4 && !locked; i++) {
+		locked = gm__lock(cfd, F_OFD_SETLK, F_WRLCK, 0) == 0;
+		if (!locked)
+			sched_yield();
 	}
-	closedir(dir);
+	if (locked && pread(cfd, buf, COUNTER_LEN, 0) == COUNTER_LEN &&
+	    buf[16] == '\n') {
+		buf[16] = '\0';
+		if (gm_parse_uint(buf, 16, GM_SEQ_MAX - 1, &seq) != 0)
+			seq = 0;
+	}
+	gm__close(cfd); /* also releases the lock */
+	return seq;
 }

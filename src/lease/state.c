@@ -90,7 +90,8 @@ static int parse_lease(const char *text, struct gm_state_lease *l)
 {
 	char v[GM_CMD_MAX];
 	const char *p = text;
-	uint64_t n;
+	uint64_t n, writer_ns = 0;
+	const uint64_t here = gm__pidns();
 
 	memset(l, 0, sizeof *l);
 	if (gm__record_parse(text, &l->lease_id, l->devices, &l->ndevices))
@@ -111,13 +112,28 @@ static int parse_lease(const char *text, struct gm_state_lease *l)
 		memcpy(l->candidates, l->devices, sizeof l->devices);
 		l->ncandidates = l->ndevices;
 	}
+	/* PIDs of members in another PID namespace than ours (a container
+	 * sharing the lock directory) would name other processes here:
+	 * they are counted in nhidden instead. Records without namespaces
+	 * (older versions) are taken as ours. */
+	if (field(text, "pidns", v, sizeof v) &&
+	    gm_parse_uint(v, 10, UINT64_MAX, &n) == 0)
+		writer_ns = n;
 	while ((p = strstr(p, "\nmember=")) != NULL) {
 		pid_t pid = 0;
+		uint64_t ns = writer_ns;
+		const char *end = p;
 		int dup = 0;
 
 		p += 8;
-		if (gm_scan_uint(p, 10, INT32_MAX, &n, NULL) == 0)
+		if (gm_scan_uint(p, 10, INT32_MAX, &n, &end) == 0)
 			pid = (pid_t)n;
+		if (strncmp(end, " ns=", 4) == 0)
+			gm_scan_uint(end + 4, 10, UINT64_MAX, &ns, NULL);
+		if (pid > 0 && ns && here && ns != here) {
+			l->nhidden++;
+			continue;
+		}
 		for (int i = 0; i < l->npids; i++)
 			dup |= l->pids[i] == pid;
 		if (!dup && pid > 0 &&
@@ -277,7 +293,7 @@ static int read_waiters(const struct gm__dir *d, struct gm_state *st)
 	while ((de = readdir(dir)) != NULL) {
 		struct gm_state_waiter w;
 		unsigned uid;
-		int pid, fd, live;
+		int pid, fd, live, have_sb;
 		uint64_t mask;
 		struct stat sb;
 
@@ -291,7 +307,8 @@ static int read_waiters(const struct gm__dir *d, struct gm_state *st)
 		if (fd < 0)
 			continue;
 		live = gm__probe(fd, F_WRLCK, 0) == F_WRLCK;
-		if (live && gm__fstat(fd, &sb) == 0) {
+		have_sb = live && gm__fstat(fd, &sb) == 0;
+		if (have_sb) {
 			w.uid = sb.st_uid; /* the owner, not the name, says who */
 			w.since_ns = (int64_t)sb.st_ctim.tv_sec * 1000000000 +
 				     sb.st_ctim.tv_nsec;
@@ -303,7 +320,12 @@ static int read_waiters(const struct gm__dir *d, struct gm_state *st)
 		for (int i = 0; i < GM_MAX_DEVICES; i++)
 			if (mask & (UINT64_C(1) << i))
 				w.devices[w.ndevices++] = i;
-		gm__cmdline(w.pid, w.cmd, sizeof w.cmd);
+		/* The name's PID is the waiter's in its own namespace: shown
+		 * (with the command from /proc) only if it can be this one. */
+		w.pid_hidden = !gm__pid_here(w.pid, w.uid, w.since_ns,
+					      have_sb ? &sb : NULL);
+		if (!w.pid_hidden)
+			gm__cmdline(w.pid, w.cmd, sizeof w.cmd);
 		if (st->nwaiters == cap) {
 			int nc = cap ? cap * 2 : 16;
 			void *nv = realloc(st->waiters, (size_t)nc * sizeof w);

@@ -71,6 +71,7 @@ enum gpo_reason {
 	GPO_R_FAIL_COPY,        /* the backend failed: a copy */
 	GPO_R_FAIL_KERNEL,      /* the backend failed: the computation */
 	GPO_R_VERIFY,           /* verify mode: ran on both */
+	GPO_R_MEASURED,         /* measured only (gemv, level 1): never offloaded */
 	GPO_R_MAX
 };
 

@@ -25,7 +25,10 @@
  * again from NEW (see atfork_child).
  */
 #define _GNU_SOURCE
+#include "compat.h" /* dladdr1 at its oldest version */
+#include <dlfcn.h>
 #include <errno.h>
+#include <link.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -188,6 +191,21 @@ __attribute__((constructor)) static void atfork_register(void)
 	pthread_atfork(NULL, NULL, atfork_child);
 }
 
+/* GM_RESOLVE_INSTALLED when this library is the copy that `gpumutex
+ * install --system` placed (as ld.so.preload names it): its file going
+ * missing then fails closed instead of letting processes by. */
+static int installed_copy(void)
+{
+	Dl_info self;
+	struct link_map *lm = NULL;
+
+	if (dladdr1((void *)installed_copy, &self, (void **)&lm,
+		    RTLD_DL_LINKMAP) && self.dli_fname &&
+	    strcmp(self.dli_fname, GM_INSTALL_LIB) == 0)
+		return GM_RESOLVE_INSTALLED;
+	return 0;
+}
+
 /*
  * Take (or join) the lease for gate_cfg, under gate_lock. `call`: the
  * first device call that needs it, NULL in cuInit. Returns 0 (the lease is
@@ -238,13 +256,21 @@ static int take(const char *call)
  */
 static int gate_run(int *py, int *next)
 {
+	/* Static, not on the stack (cuInit may run on a thread with a 16 KiB
+	 * stack): gate_run runs under gate_lock, one thread at a time. */
+	static struct gm_conf_info conf_info;
 	struct gm_config *cfg = &gate_cfg;
 	char *err = gate_err;
 	const char *cvd, *gb;
 	int rc;
 
 	*next = ST_OPEN;
-	rc = gm_config_from_env(cfg, err, sizeof gate_err);
+	/* The configuration: /etc/gpumutex.conf (machine-wide mode) and
+	 * the environment, read here, once per process (src/lease/
+	 * conffile.c). Settings an enforcing file refuses are dropped with
+	 * one line; the process queues under the file's. */
+	rc = gm_config_resolve(cfg, &conf_info, installed_copy(), err,
+			       sizeof gate_err);
 	if (rc == 1)
 		return 0; /* not configured: pass through */
 	if (rc < 0) {
@@ -252,6 +278,9 @@ static int gate_run(int *py, int *next)
 			err);
 		return GMP_CUDA_ERROR_INVALID_VALUE;
 	}
+	if (conf_info.notes[0])
+		gmp_say("%s; this process queues under %s's settings",
+			conf_info.notes, conf_info.file);
 	gb = getenv("GPUMUTEX_GIVE_BACK_MS");
 	if (gb) {
 		uint64_t v;

@@ -31,7 +31,8 @@
 #             afterwards and a third job runs while they do (not delayed)
 #
 # Environment: GPU_PYTHON (python with the frameworks; default python3),
-# NVCC (default /usr/local/cuda/bin/nvcc), GPU_SCENARIOS (e.g. "1 4").
+# NVCC (default /usr/local/cuda/bin/nvcc), GPU_SCENARIOS (e.g. "1 4"),
+# GPU_LOCKS (keep the lock directories there).
 set -u
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cd "$REPO" || exit 1
@@ -105,8 +106,15 @@ print(f"python: {platform.python_version()}; " + ", ".join(v))
 EOF
 } >"$OUTDIR/env.txt" 2>&1
 
-LOCKS=$(mktemp -d /tmp/gm-gpu-check.XXXXXX)
-trap 'rm -rf "$LOCKS"' EXIT
+# GPU_LOCKS=DIR keeps the scenarios' lock directories (DIR/<scenario>),
+# event logs included, for `gpumutex report` (tests/gpu/report.sh).
+if [ -n "${GPU_LOCKS:-}" ]; then
+	LOCKS=$GPU_LOCKS
+	mkdir -p "$LOCKS"
+else
+	LOCKS=$(mktemp -d /tmp/gm-gpu-check.XXXXXX)
+	trap 'rm -rf "$LOCKS"' EXIT
+fi
 PIDS=()
 
 # launch SCEN TAG EXPECT TIMEOUT WHAT -- [VAR=VALUE...] CMD [ARGS...]

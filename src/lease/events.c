@@ -1,0 +1,333 @@
+/*
+ * events.c - the event log: job/<user>/events.log, one line per event,
+ * written by the process the event is about (docs/report.md).
+ *
+ * Why this shape:
+ * - One file per user, in the user's own job directory (mode 0755, only
+ *   the user can make or remove files there): nobody can forge, change
+ *   or remove another user's records, and everyone can read them.
+ * - One write(2) of one whole line on an O_APPEND file: appends to a
+ *   regular file are atomic against each other on Linux, so concurrent
+ *   writers never interleave or tear lines (lines are kept below
+ *   PIPE_BUF, GM_EVLINE_MAX, as a further margin).
+ * - Written after the ticket and the job lock are released (lease.c), so
+ *   no waiter ever waits for a log write; the lease ends are not written
+ *   by anyone at the moment they happen (a lease ends when its last
+ *   member dies), but reconstructed by the reader from the records of
+ *   the next holder and the members' exits (docs/report.md, "Ends").
+ * - Bounded: past GPUMUTEX_LOG_MAX bytes the file is renamed to
+ *   events.log.1 (replacing the older one) by whichever writer gets the
+ *   file's lock first; at most twice the limit per user.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <stdarg.h>
+
+#include "acquire.h"
+
+/* snprintf that may cut (a record's command comes last and may be cut). */
+__attribute__((format(printf, 3, 4)))
+static int fmt(char *buf, size_t len, const char *f, ...)
+{
+	va_list ap;
+	int n;
+
+	va_start(ap, f);
+	n = vsnprintf(buf, len, f, ap);
+	va_end(ap);
+	return n < 0 ? 0 : n >= (int)len ? (int)len - 1 : n;
+}
+
+int gm__ev_enabled(void)
+{
+	const char *v = getenv("GPUMUTEX_LOG");
+
+	return !(v && strcmp(v, "0") == 0);
+}
+
+static uint64_t log_max(void)
+{
+	const char *v = getenv("GPUMUTEX_LOG_MAX");
+	uint64_t n;
+
+	if (v && gm_parse_uint(v, 10, UINT64_C(1) << 40, &n) == 0)
+		return n < 4096 ? 4096 : n;
+	return GM_EVLOG_MAX_DEFAULT;
+}
+
+/* A log file we may append to: a regular file of ours, one link, that
+ * nobody else can write. Anything else (a FIFO, a device, a link to a
+ * file elsewhere) is someone's trap or damage: not written to. */
+static int log_ok(int fd, struct stat *st)
+{
+	if (gm__fstat(fd, st) != 0)
+		return 0;
+	return S_ISREG(st->st_mode) && st->st_uid == geteuid() &&
+	       st->st_nlink == 1 && !(st->st_mode & 022);
+}
+
+static int log_open(int dirfd, const char *path, struct stat *st)
+{
+	int fd, flags = O_WRONLY | O_APPEND | O_CREAT | O_NOFOLLOW |
+		O_NONBLOCK | O_CLOEXEC | O_NOCTTY;
+
+	fd = dirfd >= 0 ? openat(dirfd, GM_EVLOG_NAME, flags, 0644) :
+		open(path, flags, 0644);
+	if (fd < 0)
+		return -1;
+	if (!log_ok(fd, st)) {
+		close(fd);
+		return -1;
+	}
+	if ((st->st_mode & 0777) != 0644)
+		(void)fchmod(fd, 0644); /* readable by all whatever the umask */
+	return fd;
+}
+
+/* Past the limit: rename the file to events.log.1, under the file's own
+ * lock (so two writers do not rotate twice, throwing away the first
+ * rotation), and only if the name still is this file. */
+static void rotate(int dirfd, const char *path, int fd)
+{
+	struct flock fl = { .l_type = F_WRLCK, .l_whence = SEEK_SET,
+			    .l_start = 0, .l_len = 1 };
+	char *old;
+
+	if (fcntl(fd, F_OFD_SETLK, &fl) != 0)
+		return; /* someone else is rotating it */
+	if (dirfd >= 0) {
+		if (gm__still_linked(dirfd, GM_EVLOG_NAME, fd))
+			(void)renameat(dirfd, GM_EVLOG_NAME, dirfd, GM_EVLOG_OLD);
+	} else {
+		struct stat a, b;
+		/* The exit record: by path, the descriptors are gone. */
+		if (asprintf(&old, "%s.1", path) >= 0) {
+			if (gm__fstat(fd, &a) == 0 && gm__fstatat(AT_FDCWD, path, &b, AT_SYMLINK_NOFOLLOW) == 0 &&
+			    a.st_ino == b.st_ino && a.st_dev == b.st_dev)
+				(void)rename(path, old);
+			free(old);
+		}
+	}
+	fl.l_type = F_UNLCK;
+	(void)fcntl(fd, F_OFD_SETLK, &fl);
+}
+
+static void ev_append(int dirfd, const char *path, const char *event,
+		      const char *job, const char *fields)
+{
+	static const char hdr[] = "gm1 ";
+	char *line;
+	struct stat st;
+	int fd, n, saved = errno;
+
+	if (!gm__ev_enabled())
+		return;
+	line = malloc(GM_EVLINE_MAX);
+	if (!line)
+		goto out;
+	n = fmt(line, GM_EVLINE_MAX,
+		     "%s%s t=%" PRId64 " mono=%" PRId64 " uid=%u pid=%d job=%s %s",
+		     hdr, event, gm__real_ns(), gm__mono_ns(),
+		     (unsigned)geteuid(), (int)getpid(), job && *job ? job : "-",
+		     fields);
+	if (n > GM_EVLINE_MAX - 2)
+		n = GM_EVLINE_MAX - 2; /* the command is last: cut it */
+	line[n++] = '\n';
+	fd = log_open(dirfd, path, &st);
+	if (fd < 0)
+		goto out;
+	if ((uint64_t)st.st_size + (uint64_t)n > log_max()) {
+		rotate(dirfd, path, fd);
+		close(fd);
+		fd = log_open(dirfd, path, &st);
+		if (fd < 0)
+			goto out;
+	}
+	(void)!write(fd, line, (size_t)n);
+	close(fd);
+out:
+	free(line);
+	errno = saved;
+}
+
+void gm__ev_write(int userfd, const char *event, const char *job,
+		  const char *fields)
+{
+	if (userfd >= 0)
+		ev_append(userfd, NULL, event, job, fields);
+}
+
+/* ---- The exit record ----------------------------------------------------
+ * A lease ends when its last member has gone, which nobody sees happen.
+ * A member that exits through exit() says so here, from a destructor:
+ * the reader takes the last such record of a lease as its end when no
+ * successor was woken by it earlier (docs/report.md, "Ends"). A member
+ * killed by a signal, or leaving through _exit, writes nothing.
+ * Static, not on the stack nor the heap: destructors run late. */
+static struct {
+	int held;
+	pid_t pid;
+	char path[4096 + GM_JOB_MAX + 96];
+	char job[GM_JOB_MAX + 1];
+	char fields[GM_MAX_DEVICES * 4 + 64];
+} ex;
+
+void gm__ev_remember(const char *lock_dir, const char *user_name,
+		     const char *job, const struct gm_lease *l)
+{
+	char list[GM_MAX_DEVICES * 4];
+
+	if (!gm__ev_enabled())
+		return;
+	if (snprintf(ex.path, sizeof ex.path, "%s/job/%s/" GM_EVLOG_NAME,
+		     lock_dir, user_name) >= (int)sizeof ex.path)
+		return;
+	gm_format_list(list, sizeof list, l->devices, l->ndevices);
+	fmt(ex.job, sizeof ex.job, "%s", job);
+	fmt(ex.fields, sizeof ex.fields, "lease=%016" PRIx64 " dev=%s",
+		 l->lease_id, list);
+	ex.pid = getpid();
+	ex.held = 1;
+}
+
+void gm__ev_gave_back(void)
+{
+	char f[sizeof ex.fields + 32];
+
+	/* Leaving the lease before exit is, for the lease, what exit() is:
+	 * the same record, marked, and none again at exit (unless the
+	 * process takes a lease again, gm__ev_remember). */
+	if (!ex.held || ex.pid != getpid())
+		return;
+	fmt(f, sizeof f, "%s why=give-back", ex.fields);
+	ev_append(-1, ex.path, "exit", ex.job, f);
+	ex.held = 0;
+}
+
+__attribute__((destructor)) static void gm__ev_at_exit(void)
+{
+	/* Also in forked children, which share the lease: the last of the
+	 * processes to go is what ends it. */
+	if (ex.held)
+		ev_append(-1, ex.path, "exit", ex.job, ex.fields);
+}
+
+/* ---- A claim's records (called from lease.c) ---------------------------- */
+
+void gm__ev_waiting(struct acq *a, int ahead, int head)
+{
+	char *f;
+	char list[GM_MAX_DEVICES * 4];
+
+	if (a->ev.wrote_wait || a->cfg->timeout_s == 0)
+		return;
+	a->ev.wrote_wait = 1;
+	a->ev.wait_mono = gm__mono_ns();
+	a->ev.ahead = ahead;
+	a->ev.head = head;
+	if (!gm__ev_enabled() || !(f = malloc(GM_EVLINE_MAX)))
+		return;
+	gm_format_list(list, sizeof list, a->cfg->devices, a->cfg->ndevices);
+	/* Before sleeping, not on anyone's hand-off: whoever we wait for
+	 * still holds what we want. */
+	fmt(f, GM_EVLINE_MAX,
+		 "ticket=%" PRIu64 " want=%d cand=%s ahead=%d head=%d arrived=%" PRId64 " cmd=%s",
+		 a->tk.seq, a->cfg->want, list, ahead, head,
+		 a->ev.arrived_mono, a->cmd);
+	gm__ev_write(a->d.user, "wait", a->jobname, f);
+	free(f);
+}
+
+void gm__ev_acquired(struct acq *a, int rc, const struct gm_lease *out)
+{
+	char *f;
+	char dev[GM_MAX_DEVICES * 4], cand[GM_MAX_DEVICES * 4];
+	char rang[GM_MAX_DEVICES * 4];
+	int rv[GM_MAX_DEVICES], nr = 0;
+	int64_t now = gm__mono_ns();
+
+	if (!gm__ev_enabled())
+		return;
+	if (rc == 0)
+		gm__ev_remember(a->cfg->lock_dir, a->d.user_name, a->jobname, out);
+	/* A failure before the ticket (bad directory, a job that does not
+	 * fit its lease) is the caller's message, not an event in line. */
+	if (rc != 0 && !a->tk.seq)
+		return;
+	if (a->d.user < 0 || !(f = malloc(GM_EVLINE_MAX)))
+		return;
+	if (!a->cmd[0])
+		gm__cmdline(getpid(), a->cmd, sizeof a->cmd);
+	gm_format_list(cand, sizeof cand, a->cfg->devices, a->cfg->ndevices);
+	if (rc == 0 && out->joined) {
+		int usable[GM_MAX_DEVICES], nu = 0;
+		char ul[GM_MAX_DEVICES * 4];
+
+		gm_format_list(dev, sizeof dev, out->devices, out->ndevices);
+		for (int i = 0; i < out->ndevices; i++)
+			if (out->usable & (UINT64_C(1) << out->devices[i]))
+				usable[nu++] = out->devices[i];
+		gm_format_list(ul, sizeof ul, usable, nu);
+		fmt(f, GM_EVLINE_MAX,
+			 "lease=%016" PRIx64 " dev=%s usable=%s cmd=%s",
+			 out->lease_id, dev, ul, a->cmd);
+		gm__ev_write(a->d.user, "join", a->jobname, f);
+	} else if (rc == 0) {
+		gm_format_list(dev, sizeof dev, out->devices, out->ndevices);
+		for (int d = 0; d < GM_MAX_DEVICES; d++)
+			if (a->ev.rang & (UINT64_C(1) << d))
+				rv[nr++] = d;
+		gm_format_list(rang, sizeof rang, rv, nr);
+		/* The grant happened before the ticket went; `granted` is
+		 * our best reading of it, taken as the claim returns. */
+		fmt(f, GM_EVLINE_MAX,
+			 "lease=%016" PRIx64 " dev=%s ticket=%" PRIu64
+			 " want=%d cand=%s arrived=%" PRId64 " waited=%" PRId64
+			 " place=%d queued=%d woke=%" PRId64 " rang=%s cmd=%s",
+			 out->lease_id, dev, a->tk.seq, a->cfg->want, cand,
+			 a->ev.arrived_mono, now - a->ev.arrived_mono,
+			 a->ev.wait_mono ? a->ev.ahead : 0, a->ev.wait_mono != 0,
+			 a->ev.woke_mono, nr ? rang : "-", a->cmd);
+		gm__ev_write(a->d.user, "grant", a->jobname, f);
+	} else {
+		fmt(f, GM_EVLINE_MAX,
+			 "ticket=%" PRIu64 " want=%d cand=%s arrived=%" PRId64
+			 " waited=%" PRId64 " why=%s errno=%d cmd=%s",
+			 a->tk.seq, a->cfg->want, cand, a->ev.arrived_mono,
+			 now - a->ev.arrived_mono,
+			 rc == -ETIMEDOUT ? "timeout" : "error", -rc, a->cmd);
+		gm__ev_write(a->d.user, "giveup", a->jobname, f);
+	}
+	free(f);
+}
+
+/* ---- Records of others (the CLI's samples) ------------------------------ */
+
+int gm_event_append(const char *lock_dir, const char *event,
+		    const char *fields, char *err, size_t errlen)
+{
+	struct gm__dir d;
+	int rc;
+
+	if (!gm__ev_enabled())
+		return 0;
+	rc = gm__dir_open(lock_dir, 1, &d, err, errlen);
+	if (rc)
+		return rc;
+	rc = gm__user_dir(&d, gm__mono_ns() + 5 * (int64_t)1000000000, err,
+			  errlen);
+	if (rc == -ETIMEDOUT)
+		rc = gm__fail(rc, err, errlen, "the lock directory's counter stayed locked");
+	if (rc == 0)
+		gm__ev_write(d.user, event, "-", fields);
+	gm__dir_close(&d);
+	return rc;
+}

@@ -1,0 +1,85 @@
+/*
+ * backend.h - the private, versioned ABI between libgpuoffload.so and a GPU
+ * backend (libgpuoffload-cuda.so of part 2; build/libgpuoffload-test.so,
+ * the CPU test backend of tests/offload/backend/).
+ *
+ * The frontend never links a backend: it dlopen()s one at the first call
+ * the policy sends to the GPU (src/offload/backend.c), looks up
+ * GPO_BACKEND_ENTRY, calls it with the ABI version it was built for, and
+ * uses the returned table only if its abi and size fields match and every
+ * function is present. Anything else declines: the call runs on the CPU and
+ * one line says why, once.
+ *
+ * The backend model is that of a device with its own memory: the frontend
+ * allocates device buffers, copies operands in (2-D copies, so that only
+ * the rows of each column are moved), runs one kernel on device buffers,
+ * and copies results out to host staging buffers; only once all of that
+ * succeeded does it write the caller's memory. Every function returns 0 on
+ * success and nonzero on failure (GPO_BE_UNSUPPORTED: this backend does not
+ * take these arguments; anything else: it failed). One call at a time: the
+ * frontend serialises all calls into the backend. A backend must not print
+ * to stdout, exit, or leave errno changed.
+ */
+#ifndef GPUOFFLOAD_BACKEND_H
+#define GPUOFFLOAD_BACKEND_H
+
+#include <stdint.h>
+
+#include "ops.h" /* GPO_OP_* (generated from tools/gen_offload.py's table) */
+
+/* Bump when anything below changes incompatibly. */
+#define GPO_BACKEND_ABI 1u
+#define GPO_BACKEND_ENTRY "gpo_backend_entry"
+
+#define GPO_BE_UNSUPPORTED 2
+
+/*
+ * One kernel. The operands (buf[i], in the order of the operation's table
+ * entry: e.g. gemm a, b, c; gesv a, ipiv, b; gesvd a, s, u, vt) are device
+ * buffers of ld[i] elements per column (NULL when the operation does not
+ * reference the operand with these options). Matrices are column-major;
+ * CBLAS row-major calls have already been mapped to column-major ones.
+ * Integer operands (pivots) have 8-byte elements when int64, else 4, and
+ * are 1-based as in LAPACK. Real arrays (eigenvalues, singular values) have
+ * the real element type of prec.
+ */
+struct gpo_kernel {
+	uint32_t size;          /* sizeof(struct gpo_kernel) */
+	uint16_t op;            /* GPO_OP_* */
+	char prec;              /* 's', 'd', 'c', 'z' */
+	uint8_t int64;          /* integer operands are 8 bytes */
+	char opt[4];            /* character options in argument order, upper case */
+	int64_t m, n, k, nrhs;  /* as the operation names them; unused 0 */
+	double alpha[2];        /* real, imaginary */
+	double beta[2];
+	void *buf[4];
+	int64_t ld[4];
+	int64_t info;           /* out: LAPACK's info (0 on success) */
+};
+
+struct gpo_backend {
+	uint32_t abi;           /* GPO_BACKEND_ABI */
+	uint32_t size;          /* sizeof(struct gpo_backend) */
+	const char *name;       /* for messages */
+	/* Create the context and handles; 0 on success. */
+	int (*start)(void);
+	/* Release everything start() and later calls made. */
+	void (*stop)(void);
+	int (*memory)(uint64_t *free_bytes, uint64_t *total_bytes);
+	int (*alloc)(void **dev, uint64_t bytes);
+	void (*release)(void *dev);
+	/* Copy `rows` rows of `width` bytes, `spitch` bytes apart in the
+	 * source and `dpitch` apart in the destination. */
+	int (*to_device)(void *dev, uint64_t dpitch, const void *host,
+			 uint64_t spitch, uint64_t width, uint64_t rows);
+	int (*to_host)(void *host, uint64_t dpitch, const void *dev,
+		       uint64_t spitch, uint64_t width, uint64_t rows);
+	/* Run one kernel to completion (synchronously). */
+	int (*run)(struct gpo_kernel *k);
+};
+
+/* The one symbol a backend exports: its table for ABI `abi`, or NULL if
+ * it does not implement that version. */
+typedef const struct gpo_backend *(*gpo_backend_entry_fn)(uint32_t abi);
+
+#endif

@@ -1,0 +1,345 @@
+/*
+ * gpu.c - the backend boundary: loading the GPU backend (dlopen at the
+ * first offload, the ABI check, decline on anything missing or
+ * mismatched), starting and stopping it for the policy, fork, and one call
+ * on the GPU with copy-out only after the device work succeeded.
+ *
+ * The backend is GPU_OFFLOAD_BACKEND (a path) if set, else
+ * libgpuoffload-cuda.so next to this library. A backend that cannot be
+ * loaded, lacks the entry point, implements another ABI version, or fails
+ * to start is declined once for the life of the process: one line on
+ * stderr, and every call stays on the CPU.
+ *
+ * Serialisation: one GPU call at a time per process (gpo__lock), held over
+ * the whole call; start/stop/memory take it too, so that the policy never
+ * stops the backend under a running call.
+ *
+ * fork: a CUDA context does not survive fork(). Once the backend started,
+ * a fork handler marks the child, which never touches the backend again
+ * (not even to stop it) and stays on the CPU.
+ */
+#define _GNU_SOURCE
+#include "compat.h"
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "frontend.h"
+
+static pthread_mutex_t gpo__lock = PTHREAD_MUTEX_INITIALIZER;
+static const struct gpo_backend *gpo__be;
+static int gpo__started;
+static int gpo__declined;       /* a GPO_R_* reason, latched */
+static int gpo__forked;
+static int gpo__atfork;
+
+static void gpo__prepare(void)
+{
+	pthread_mutex_lock(&gpo__lock);
+}
+
+static void gpo__parent(void)
+{
+	pthread_mutex_unlock(&gpo__lock);
+}
+
+static void gpo__child(void)
+{
+	pthread_mutex_init(&gpo__lock, NULL);
+	if (gpo__started)
+		gpo__forked = 1;
+	gpo__started = 0;
+}
+
+static int gpo__decline(int reason)
+{
+	gpo__declined = reason;
+	return reason;
+}
+
+/* Load and check the backend; caller holds gpo__lock. */
+static int gpo__load(void)
+{
+	const char *path = secure_getenv("GPU_OFFLOAD_BACKEND");
+	static char buf[4096];
+	gpo_backend_entry_fn entry;
+	const struct gpo_backend *be;
+	void *h;
+
+	if (!path || !*path) {
+		Dl_info info;
+		const char *slash;
+		if (!dladdr((void *)gpo_gpu_start, &info) || !info.dli_fname ||
+		    !(slash = strrchr(info.dli_fname, '/')) ||
+		    (size_t)(slash - info.dli_fname) + 32 > sizeof buf) {
+			snprintf(buf, sizeof buf, "libgpuoffload-cuda.so");
+		} else {
+			snprintf(buf, sizeof buf, "%.*s/libgpuoffload-cuda.so",
+				 (int)(slash - info.dli_fname), info.dli_fname);
+		}
+		path = buf;
+	}
+	h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+	if (!h) {
+		const char *why = dlerror();
+		gpo_msg_once(GPO_MSG_BACKEND, "no GPU backend (%s); every "
+			     "call runs on the CPU", why ? why : path);
+		return gpo__decline(GPO_R_NO_BACKEND);
+	}
+	entry = (gpo_backend_entry_fn)dlsym(h, GPO_BACKEND_ENTRY);
+	if (!entry) {
+		(void)dlerror();
+		gpo_msg_once(GPO_MSG_BACKEND, "%s is not a GPU backend (no %s); "
+			     "every call runs on the CPU", path,
+			     GPO_BACKEND_ENTRY);
+		dlclose(h);
+		return gpo__decline(GPO_R_NO_BACKEND);
+	}
+	be = entry(GPO_BACKEND_ABI);
+	if (!be || be->abi != GPO_BACKEND_ABI ||
+	    be->size < sizeof(struct gpo_backend) || !be->start ||
+	    !be->stop || !be->memory || !be->alloc || !be->release ||
+	    !be->to_device || !be->to_host || !be->run) {
+		gpo_msg_once(GPO_MSG_BACKEND, "the GPU backend %s does not "
+			     "implement ABI version %u (it has %u); every call "
+			     "runs on the CPU", path, GPO_BACKEND_ABI,
+			     be ? be->abi : 0);
+		dlclose(h);
+		return gpo__decline(GPO_R_NO_BACKEND);
+	}
+	gpo__be = be;   /* kept loaded for the life of the process */
+	return 0;
+}
+
+/* The backend's own code (its constructors, start, stop, memory) runs
+ * while the policy holds its lock: quiet, see gpo_quiet. */
+static int gpo__load_quiet(void)
+{
+	int rc;
+
+	gpo_quiet(1);
+	rc = gpo__load();
+	gpo_quiet(0);
+	return rc;
+}
+
+static int gpo__be_start(void)
+{
+	int rc;
+
+	gpo_quiet(1);
+	rc = gpo__be->start();
+	gpo_quiet(0);
+	return rc;
+}
+
+int gpo_gpu_start(void)
+{
+	int e = errno, rc = 0;
+
+	pthread_mutex_lock(&gpo__lock);
+	if (gpo__forked) {
+		gpo_msg_once(GPO_MSG_FORK, "this process is a child of one "
+			     "that started the GPU; it stays on the CPU");
+		rc = GPO_R_FORKED;
+	} else if (gpo__started) {
+		rc = 0;
+	} else if (gpo__declined) {
+		rc = gpo__declined;
+	} else if (!gpo__be && (rc = gpo__load_quiet()) != 0) {
+		/* declined, said */
+	} else if (gpo__be_start() != 0) {
+		gpo_msg_once(GPO_MSG_BACKEND, "the GPU backend %s did not "
+			     "start; every call runs on the CPU",
+			     gpo__be->name ? gpo__be->name : "?");
+		rc = gpo__decline(GPO_R_NO_BACKEND);
+	} else {
+		gpo__started = 1;
+		if (!gpo__atfork) {
+			gpo__atfork = 1;
+			pthread_atfork(gpo__prepare, gpo__parent, gpo__child);
+		}
+	}
+	pthread_mutex_unlock(&gpo__lock);
+	errno = e;
+	return rc;
+}
+
+void gpo_gpu_stop(void)
+{
+	int e = errno;
+
+	pthread_mutex_lock(&gpo__lock);
+	if (gpo__started && !gpo__forked) {
+		gpo_quiet(1);
+		gpo__be->stop();
+		gpo_quiet(0);
+	}
+	gpo__started = 0;
+	pthread_mutex_unlock(&gpo__lock);
+	errno = e;
+}
+
+int gpo_gpu_memory(uint64_t *free_bytes, uint64_t *total_bytes)
+{
+	int e = errno, rc = -1;
+
+	pthread_mutex_lock(&gpo__lock);
+	gpo_quiet(1);
+	if (gpo__started && gpo__be->memory(free_bytes, total_bytes) == 0)
+		rc = 0;
+	gpo_quiet(0);
+	pthread_mutex_unlock(&gpo__lock);
+	errno = e;
+	return rc;
+}
+
+/* ---- One call ---------------------------------------------------------------- */
+
+void gpo_stage_free(struct gpo_ctx *x)
+{
+	for (int i = 0; i < GPO_MAX_BUFS; i++) {
+		free(x->stage[i]);
+		x->stage[i] = NULL;
+	}
+}
+
+static void gpo__failed(struct gpo_fn *fn, int what)
+{
+	static const char *const step[] = {
+		"allocating device memory", "copying to the device",
+		"computing", "copying from the device" };
+
+	gpo_msg_once(GPO_MSG_FAILKIND + what, "the GPU backend failed %s "
+		     "(first in %s); such calls ran on the CPU", step[what],
+		     fn->name);
+}
+
+/* Caller holds gpo__lock. Device buffers in dev[], results in x->stage. */
+static int gpo__device_work(struct gpo_fn *fn, struct gpo_ctx *x, void **dev)
+{
+	const struct gpo_backend *be = gpo__be;
+	struct gpo_kernel k;
+	double t;
+	int r;
+
+	for (int i = 0; i < x->s.nbuf; i++) {
+		uint64_t es = gpo_elem_size(x, i);
+		int64_t rows = x->s.b[i].rows, cols = x->s.b[i].cols;
+		if (!rows || !cols)
+			continue;
+		if (be->alloc(&dev[i], ((uint64_t)x->a.ld[i] * (uint64_t)(cols - 1) +
+				       (uint64_t)rows) * es) != 0) {
+			dev[i] = NULL;
+			gpo__failed(fn, 0);
+			return GPO_R_FAIL_ALLOC;
+		}
+	}
+	t = gpo_now();
+	for (int i = 0; i < x->s.nbuf; i++) {
+		uint64_t es = gpo_elem_size(x, i), pitch = (uint64_t)x->a.ld[i] * es;
+		if (!dev[i] || !x->s.b[i].in)
+			continue;
+		if (be->to_device(dev[i], pitch, x->a.buf[i], pitch,
+				  (uint64_t)x->s.b[i].rows * es,
+				  (uint64_t)x->s.b[i].cols) != 0) {
+			gpo__failed(fn, 1);
+			return GPO_R_FAIL_COPY;
+		}
+	}
+	x->copy_in = gpo_now() - t;
+	memset(&k, 0, sizeof k);
+	k.size = sizeof k;
+	k.op = fn->op;
+	k.prec = fn->prec;
+	k.int64 = fn->int64;
+	memcpy(k.opt, x->a.opt, sizeof k.opt);
+	k.m = x->a.m;
+	k.n = x->a.n;
+	k.k = x->a.k;
+	k.nrhs = x->a.nrhs;
+	memcpy(k.alpha, x->a.alpha, sizeof k.alpha);
+	memcpy(k.beta, x->a.beta, sizeof k.beta);
+	for (int i = 0; i < x->s.nbuf; i++) {
+		k.buf[i] = dev[i];
+		k.ld[i] = x->a.ld[i];
+	}
+	r = be->run(&k);
+	if (r == GPO_BE_UNSUPPORTED)
+		return GPO_R_UNSUPPORTED;
+	if (r != 0) {
+		gpo__failed(fn, 2);
+		return GPO_R_FAIL_KERNEL;
+	}
+	x->gpu_info = k.info;
+	if (k.info != 0 && !gpo_verify_mode)
+		return -1;
+	t = gpo_now();
+	for (int i = 0; i < x->s.nbuf; i++) {
+		uint64_t es = gpo_elem_size(x, i);
+		uint64_t w = (uint64_t)x->s.b[i].rows * es;
+		if (!dev[i] || !x->s.b[i].out)
+			continue;
+		x->stage[i] = malloc(w * (uint64_t)x->s.b[i].cols);
+		if (!x->stage[i]) {
+			gpo__failed(fn, 0);
+			return GPO_R_FAIL_ALLOC;
+		}
+		if (be->to_host(x->stage[i], w, dev[i],
+				(uint64_t)x->a.ld[i] * es, w,
+				(uint64_t)x->s.b[i].cols) != 0) {
+			gpo__failed(fn, 3);
+			return GPO_R_FAIL_COPY;
+		}
+	}
+	x->copy_out = gpo_now() - t;
+	return 0;
+}
+
+int gpo_gpu_call(struct gpo_fn *fn, struct gpo_ctx *x, int stage_only)
+{
+	void *dev[GPO_MAX_BUFS] = { 0 };
+	double t0 = gpo_now();
+	int rc;
+
+	memset(x->stage, 0, sizeof x->stage);
+	pthread_mutex_lock(&gpo__lock);
+	if (!gpo__started || gpo__forked) {
+		pthread_mutex_unlock(&gpo__lock);
+		return GPO_R_NO_BACKEND;
+	}
+	rc = gpo__device_work(fn, x, dev);
+	for (int i = 0; i < GPO_MAX_BUFS; i++)
+		if (dev[i])
+			gpo__be->release(dev[i]);
+	pthread_mutex_unlock(&gpo__lock);
+	if (rc != 0) {
+		gpo_stage_free(x);
+		return rc;
+	}
+	if (!stage_only) {
+		/* Every device step succeeded: now, and only now, the
+		 * caller's memory. */
+		for (int i = 0; i < x->s.nbuf; i++) {
+			size_t es = gpo_elem_size(x, i);
+			size_t w = (size_t)x->s.b[i].rows * es;
+			if (!x->stage[i])
+				continue;
+			for (int64_t j = 0; j < x->s.b[i].cols; j++)
+				memcpy((char *)x->a.buf[i] +
+				       (size_t)j * (size_t)x->a.ld[i] * es,
+				       (char *)x->stage[i] + (size_t)j * w, w);
+		}
+		gpo_stage_free(x);
+		if (x->a.info) {
+			if (fn->int64)
+				*(int64_t *)x->a.info = 0;
+			else
+				*(int *)x->a.info = 0;
+		}
+	}
+	x->t0 = gpo_now() - t0;
+	return 0;
+}

@@ -1,0 +1,267 @@
+/*
+ * model.c - the cost model and the decision rule (model.h).
+ */
+#include <string.h>
+
+#include "model.h"
+
+/* Seed table of the ten levels: required speedup, utilisation back-off,
+ * memory reserve, ski-rental start factor. */
+static const struct gpo_level gpo__levels[10] = {
+	{ 3.0,  0.30, 0.50, 3.0  },
+	{ 2.5,  0.37, 0.45, 2.75 },
+	{ 2.0,  0.44, 0.40, 2.5  },
+	{ 1.6,  0.52, 0.35, 2.25 },
+	{ 1.3,  0.59, 0.30, 2.0  },
+	{ 1.2,  0.66, 0.25, 1.75 },
+	{ 1.1,  0.73, 0.20, 1.5  },
+	{ 1.05, 0.81, 0.15, 1.25 },
+	{ 1.0,  0.88, 0.10, 1.0  },
+	{ 0.9,  0.95, 0.05, 0.75 },
+};
+
+const struct gpo_level *gpo_level_get(int level)
+{
+	if (level < 1)
+		level = 1;
+	if (level > 10)
+		level = 10;
+	return &gpo__levels[level - 1];
+}
+
+/* ---- ln and exp without libm ------------------------------------------ */
+
+#define GPO__LN2 0.69314718055994530942
+
+static double gpo__pow2(int k)
+{
+	uint64_t bits;
+	double r;
+
+	if (k > 1023)
+		return 1e308 * 10; /* inf */
+	if (k < -1022)
+		return 0;
+	bits = (uint64_t)(k + 1023) << 52;
+	memcpy(&r, &bits, sizeof r);
+	return r;
+}
+
+double gpo_ln(double x)
+{
+	uint64_t bits;
+	int e;
+	double m, s, s2, term, sum;
+
+	if (!(x > 0))
+		return -1e308; /* callers pass positive numbers only */
+	memcpy(&bits, &x, sizeof x);
+	e = (int)((bits >> 52) & 0x7ff);
+	if (e == 0) { /* subnormal: scale up first */
+		x *= 4503599627370496.0; /* 2^52 */
+		memcpy(&bits, &x, sizeof x);
+		e = (int)((bits >> 52) & 0x7ff) - 52;
+	}
+	if (e == 0x7ff)
+		return x;
+	bits = (bits & ~(UINT64_C(0x7ff) << 52)) | (UINT64_C(1023) << 52);
+	memcpy(&m, &bits, sizeof m); /* m in [1, 2) */
+	e -= 1023;
+	if (m > 1.41421356237309504880) {
+		m /= 2;
+		e++;
+	}
+	/* ln m = 2 atanh(s), s = (m-1)/(m+1), |s| < 0.172 */
+	s = (m - 1) / (m + 1);
+	s2 = s * s;
+	term = s;
+	sum = 0;
+	for (int k = 1; k < 40; k += 2) {
+		sum += term / k;
+		term *= s2;
+	}
+	return 2 * sum + e * GPO__LN2;
+}
+
+double gpo_exp(double x)
+{
+	double r, term, sum;
+	int k;
+
+	if (x > 709.0)
+		return 1e308 * 10;
+	if (x < -745.0)
+		return 0;
+	k = (int)(x / GPO__LN2 + (x < 0 ? -0.5 : 0.5));
+	r = x - k * GPO__LN2; /* |r| <= ln2 / 2 */
+	term = 1;
+	sum = 1;
+	for (int i = 1; i < 24; i++) {
+		term *= r / i;
+		sum += term;
+	}
+	/* 2^k in two steps, so that k near the ends stays representable */
+	return sum * gpo__pow2(k / 2) * gpo__pow2(k - k / 2);
+}
+
+double gpo_curve_speed(const struct gpo_curve *cv, double work)
+{
+	int i;
+	double t;
+
+	if (work <= cv->work[0] || cv->n == 1)
+		return cv->speed[0];
+	if (work >= cv->work[cv->n - 1])
+		return cv->speed[cv->n - 1];
+	for (i = 1; i < cv->n - 1 && work > cv->work[i]; i++)
+		;
+	/* straight line between the neighbours in log-log space */
+	t = (gpo_ln(work) - gpo_ln(cv->work[i - 1])) /
+	    (gpo_ln(cv->work[i]) - gpo_ln(cv->work[i - 1]));
+	return gpo_exp(gpo_ln(cv->speed[i - 1]) +
+		       t * (gpo_ln(cv->speed[i]) - gpo_ln(cv->speed[i - 1])));
+}
+
+/* ---- The model --------------------------------------------------------- */
+
+static int gpo__prec(char p)
+{
+	switch (p) {
+	case 's': return 0;
+	case 'd': return 1;
+	case 'c': return 2;
+	default: return 3;
+	}
+}
+
+static struct gpo_opstate *gpo__state(struct gpo_model *m,
+				      const struct gpo_call *c,
+				      const char *opname)
+{
+	struct gpo_opstate *s;
+
+	if (c->op >= GPO_OPS_MAX)
+		return NULL;
+	s = &m->ops[c->op][gpo__prec(c->prec)];
+	if (!s->looked && m->prof && opname) {
+		s->curve[GPO_CPU] = gpo_profile_curve(m->prof, 'c', c->prec,
+						      opname);
+		s->curve[GPO_GPU] = gpo_profile_curve(m->prof, 'g', c->prec,
+						      opname);
+		s->looked = 1;
+	}
+	return s;
+}
+
+void gpo_model_init(struct gpo_model *m, const struct gpo_profile *prof,
+		    int level)
+{
+	memset(m, 0, sizeof *m);
+	m->prof = prof;
+	m->level = level < 1 ? 1 : level > 10 ? 10 : level;
+	for (int i = 0; i < GPO_OPS_MAX; i++)
+		for (int j = 0; j < 4; j++)
+			m->ops[i][j].corr[0] = m->ops[i][j].corr[1] = 1;
+}
+
+void gpo_model_predict(struct gpo_model *m, const struct gpo_call *c,
+		       const char *opname, int raw, double *t_cpu,
+		       double *t_gpu)
+{
+	struct gpo_opstate *s = gpo__state(m, c, opname);
+	const struct gpo_profile *p = m->prof;
+	double w = c->flops;
+
+	*t_cpu = *t_gpu = 0;
+	if (!s || !p || !(w > 0))
+		return;
+	if (s->curve[GPO_CPU])
+		*t_cpu = w / gpo_curve_speed(s->curve[GPO_CPU], w) *
+			 (raw ? 1 : s->corr[GPO_CPU]);
+	if (s->curve[GPO_GPU] && p->h2d_bw > 0 && p->d2h_bw > 0) {
+		double t = w / gpo_curve_speed(s->curve[GPO_GPU], w);
+		/* A fixed cost per direction that moves anything. */
+		if (c->bytes_in > 0)
+			t += p->h2d_fixed + c->bytes_in / p->h2d_bw;
+		if (c->bytes_out > 0)
+			t += p->d2h_fixed + c->bytes_out / p->d2h_bw;
+		*t_gpu = t * (raw ? 1 : s->corr[GPO_GPU]);
+	}
+}
+
+enum gpo_verdict gpo_model_decide(struct gpo_model *m,
+				  const struct gpo_call *c,
+				  const char *opname, int gpu_started,
+				  struct gpo_decision *d)
+{
+	const struct gpo_level *lv = gpo_level_get(m->level);
+	struct gpo_opstate *s = gpo__state(m, c, opname);
+	double tc, tg;
+
+	gpo_model_predict(m, c, opname, 0, &tc, &tg);
+	d->device = GPO_CPU;
+	d->t_cpu = tc;
+	d->t_gpu = tg;
+	d->reason = GPO_R_MODEL_CPU;
+	if (!s || tc <= 0 || tg <= 0 || tc < lv->speedup * tg)
+		return GPO_V_CPU;
+	if (!gpu_started) {
+		/* Ski rental: each call that would have paid adds what it
+		 * would have saved; the start pays once that reaches the
+		 * level's multiple of the start-up cost. (Below 1x, at level
+		 * 10, a call may pay nothing and adds nothing.) */
+		double startup = m->prof->startup_s > 0 ? m->prof->startup_s : 0;
+		if (tc > tg)
+			m->saved += tc - tg;
+		if (m->saved < lv->start * startup) {
+			d->reason = GPO_R_SKI_RENTAL;
+			return GPO_V_CPU;
+		}
+		d->device = GPO_GPU;
+		d->reason = GPO_R_MODEL_GPU;
+		return GPO_V_START;
+	}
+	/* A CPU probe: the CPU's speed unobserved since the GPU started, or
+	 * for GPO_PROBE_EVERY offloadable calls. */
+	if (!s->cpu_seen || s->since_cpu >= GPO_PROBE_EVERY) {
+		s->since_cpu = 0;
+		d->reason = GPO_R_PROBE;
+		return GPO_V_CPU;
+	}
+	s->since_cpu++;
+	d->device = GPO_GPU;
+	d->reason = GPO_R_MODEL_GPU;
+	return GPO_V_GPU;
+}
+
+void gpo_model_reset_savings(struct gpo_model *m)
+{
+	m->saved = 0;
+}
+
+void gpo_model_observe(struct gpo_model *m, const struct gpo_call *c,
+		       const char *opname, int device, double seconds)
+{
+	struct gpo_opstate *s = gpo__state(m, c, opname);
+	double tc, tg, pred, ratio;
+
+	if (!s || device < 0 || device > 1)
+		return;
+	if (device == GPO_CPU) {
+		s->cpu_seen = 1;
+		s->since_cpu = 0;
+	}
+	gpo_model_predict(m, c, opname, 1, &tc, &tg);
+	pred = device == GPO_CPU ? tc : tg;
+	if (!(pred > 0) || !(seconds > 0))
+		return;
+	ratio = seconds / pred;
+	/* One wild observation (a page fault storm, a descheduled thread)
+	 * moves the factor by at most a factor 30. */
+	if (ratio > 1e3)
+		ratio = 1e3;
+	if (ratio < 1e-3)
+		ratio = 1e-3;
+	/* halfway in ratio terms: the geometric mean of old and new */
+	s->corr[device] = gpo_exp((gpo_ln(s->corr[device]) + gpo_ln(ratio)) / 2);
+}

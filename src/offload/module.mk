@@ -1,0 +1,117 @@
+# src/offload/module.mk - libgpuoffload.so (the BLAS/LAPACK offloader), its
+# generated wrappers, the CPU test backend and the frontend's test helpers.
+#
+# Included by the top-level Makefile (`-include src/offload/module.mk`),
+# which defines CC, WARN, CFLAGS, FRAME_WARN, B, LEASE_HDR and
+# $(B)/liblease.a (objects built -fPIC).
+#
+# Targets:
+#   offload                   $(B)/libgpuoffload.so (gated) and
+#                             $(B)/libgpuoffload-test.so
+#   $(B)/offload/gen/         the generator's output (tools/gen_offload.py):
+#                             wrappers.c, ops.c, ops.h, exports.list/.map
+#   offload-tests             test programs in $(B)/tests/offload
+#   offload-gate              tools/gate.sh on the library as it is now
+#   bench-offload             the nanoseconds added to a small call
+#   lint-offload              cppcheck on the frontend (part of `make lint`)
+
+OFFLOAD_SAVED_GOAL := $(.DEFAULT_GOAL)
+
+OFL_GEN     := $(B)/offload/gen
+OFL_GEN_OUT := $(OFL_GEN)/wrappers.c $(OFL_GEN)/ops.c $(OFL_GEN)/ops.h \
+               $(OFL_GEN)/exports.list $(OFL_GEN)/exports.map
+OFL_SRC     := $(wildcard src/offload/*.c)
+OFL_HDR     := $(wildcard src/offload/*.h) $(OFL_GEN)/ops.h
+OFL_OBJ     := $(patsubst src/%.c,$(B)/obj/%.o,$(OFL_SRC)) \
+               $(B)/obj/offload/gen/wrappers.o $(B)/obj/offload/gen/ops.o
+# compat.h binds glibc functions to versions old glibc has (gate rule).
+OFL_CFLAGS   = $(WARN) $(FRAME_WARN) $(CFLAGS) -fPIC -fvisibility=hidden \
+               -include src/offload/compat.h \
+               -Isrc/offload -I$(OFL_GEN) -Isrc/lease
+OFL_LIB     := $(B)/libgpuoffload.so
+OFL_UNGATED := $(B)/ungated/libgpuoffload.so
+OFL_TESTBE  := $(B)/libgpuoffload-test.so
+OFL_T       := $(B)/tests/offload
+OFL_TSRC    := tests/offload
+
+.PHONY: offload offload-tests offload-gate
+offload: $(OFL_LIB) $(OFL_TESTBE)
+all: offload
+
+# One rule makes all five files (a stamp, so that make runs it once).
+$(OFL_GEN_OUT): $(OFL_GEN)/.stamp
+$(OFL_GEN)/.stamp: tools/gen_offload.py
+	@mkdir -p $(OFL_GEN)
+	$(PYTHON) tools/gen_offload.py $(OFL_GEN)
+	@touch $@
+
+$(B)/obj/offload/%.o: src/offload/%.c $(OFL_HDR) $(LEASE_HDR)
+	@mkdir -p $(dir $@)
+	$(CC) $(OFL_CFLAGS) -c -o $@ $<
+
+$(B)/obj/offload/gen/%.o: $(OFL_GEN)/%.c $(OFL_HDR)
+	@mkdir -p $(dir $@)
+	$(CC) $(OFL_CFLAGS) -c -o $@ $<
+
+# Linked under build/ungated/ and copied to its shipped path only once the
+# load gate passed (as libgpumutex.so: src/preload/module.mk).
+$(OFL_UNGATED): $(OFL_OBJ) $(B)/liblease.a $(OFL_GEN)/exports.map
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) -shared -Wl,-soname,libgpuoffload.so \
+	    -Wl,--version-script=$(OFL_GEN)/exports.map -Wl,-z,defs \
+	    -o $@ $(OFL_OBJ) $(B)/liblease.a \
+	    -Wl,--no-as-needed -l:libdl.so.2 -Wl,--as-needed -lpthread
+
+$(OFL_LIB): $(OFL_UNGATED) tools/gate.sh $(OFL_GEN)/exports.list
+	bash tools/gate.sh $< $(OFL_GEN)/exports.list
+	cp $< $@
+
+offload-gate: $(OFL_LIB)
+	bash tools/gate.sh $(OFL_LIB) $(OFL_GEN)/exports.list
+
+# ---- The CPU test backend (same ABI as the CUDA one) ------------------------
+OFL_BE_SRC := $(wildcard $(OFL_TSRC)/backend/*.c)
+OFL_BE_HDR := $(wildcard $(OFL_TSRC)/backend/*.h) src/offload/backend.h \
+              $(OFL_GEN)/ops.h
+$(OFL_TESTBE): $(OFL_BE_SRC) $(OFL_BE_HDR)
+	$(CC) $(WARN) $(CFLAGS) -fPIC -shared -fvisibility=hidden \
+	    -Isrc/offload -I$(OFL_GEN) -o $@ $(OFL_BE_SRC) -lm -ldl
+
+# The same, answering another ABI version (the mismatch test).
+$(OFL_T)/libbadabi.so: $(OFL_BE_SRC) $(OFL_BE_HDR)
+	@mkdir -p $(@D)
+	$(CC) $(WARN) $(CFLAGS) -fPIC -shared -fvisibility=hidden \
+	    -DGPO_TEST_ABI=99 -Isrc/offload -I$(OFL_GEN) -o $@ $(OFL_BE_SRC) -lm
+
+
+
+
+# ---- Benchmark: the added cost of a small call (docs/offload.md) --------------
+.PHONY: bench-offload
+$(B)/bench/offload_small: bench/offload_small.c
+	@mkdir -p $(@D)
+	$(CC) $(WARN) $(CFLAGS) -o $@ $< -Wl,--no-as-needed -l:libblas.so.3
+
+bench-offload: $(OFL_LIB) $(B)/bench/offload_small
+	@$(B)/bench/offload_small > $(B)/bench/offload_small.plain
+	@LD_PRELOAD=$(abspath $(OFL_LIB)) $(B)/bench/offload_small > $(B)/bench/offload_small.preloaded
+	@paste $(B)/bench/offload_small.plain $(B)/bench/offload_small.preloaded | \
+	    awk '{ printf "%-14s without %6.1f ns, with libgpuoffload.so %6.1f ns: +%.1f ns per call\n", $$1, $$2, $$4, $$4 - $$2 }'
+
+# ---- Lint: cppcheck on the frontend's files (part of `make lint`) ----------
+OFL_FRONT_SRC := src/offload/front.c src/offload/resolve.c src/offload/gpu.c \
+                 src/offload/verify.c
+.PHONY: lint-offload
+lint: lint-offload
+lint-offload: $(OFL_GEN)/ops.h
+	cppcheck --quiet --error-exitcode=1 --enable=warning,portability \
+	  --std=c11 --inline-suppr -Isrc/offload -I$(OFL_GEN) -Isrc/lease \
+	  $(OFL_FRONT_SRC) tests/offload/backend tests/offload/opcheck.c tests/offload/opcheck_lapack.c \
+	  tests/offload/sblas.c tests/offload/sclient.c tests/offload/sdriver.c \
+	  tests/offload/forkcheck.c tests/offload/securecheck.c \
+	  tests/offload/threadcheck.c bench/offload_small.c
+	$(PYTHON) -m py_compile tools/gen_offload.py
+
+-include $(OFL_TSRC)/module.mk
+
+.DEFAULT_GOAL := $(OFFLOAD_SAVED_GOAL)

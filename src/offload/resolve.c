@@ -1,0 +1,159 @@
+/*
+ * resolve.c - find the function the caller would have called without us.
+ *
+ * dlsym(RTLD_NEXT) is not enough: NumPy and SciPy load their BLAS with
+ * RTLD_LOCAL (Python imports extension modules that way), so the library
+ * is in no global scope; only the module that calls it, and its
+ * dependencies, can see it. The order, for a call from site S:
+ *   1. the module containing S and its dependencies (dlsym on a handle
+ *      of it; for the main program that is the global scope);
+ *   2. the global scope after this library (dlsym(RTLD_NEXT));
+ *   3. every loaded object in load order (dl_iterate_phdr).
+ * An answer inside this library is never taken (the global scope starts
+ * with the preload, so step 1 finds our own wrapper for the main program).
+ *
+ * Cache: per wrapper, a few call sites (struct gpo_fn.cache), filled once
+ * and never replaced, so that a reader never sees a site with another
+ * site's function; a site that finds the cache full is looked up each
+ * time (slow, still right). Not found is not cached: a library may be
+ * loaded later.
+ */
+#define _GNU_SOURCE
+#include "compat.h"
+#include <dlfcn.h>
+#include <link.h>
+#include <pthread.h>
+#include <string.h>
+
+#include "frontend.h"
+
+#define CLAIMED ((const void *)1)
+
+static struct link_map *gpo__self;
+
+static struct link_map *gpo__map_of(const void *p)
+{
+	Dl_info info;
+	void *lm = NULL;
+
+	if (!dladdr1(p, &info, &lm, RTLD_DL_LINKMAP))
+		return NULL;
+	return lm;
+}
+
+static int gpo__is_self(const void *p)
+{
+	struct link_map *self = __atomic_load_n(&gpo__self, __ATOMIC_ACQUIRE);
+
+	if (!self) {
+		self = gpo__map_of((const void *)gpo__map_of);
+		__atomic_store_n(&gpo__self, self, __ATOMIC_RELEASE);
+	}
+	return self && gpo__map_of(p) == self;
+}
+
+/* dlsym that leaves no error behind for the program's next dlerror(). */
+static void *gpo__sym(void *handle, const char *name)
+{
+	void *p = dlsym(handle, name);
+
+	if (!p)
+		(void)dlerror();
+	return p && !gpo__is_self(p) ? p : NULL;
+}
+
+#define GPO__MAXOBJ 512
+struct gpo__objs {
+	int n;
+	const char *name[GPO__MAXOBJ];
+};
+
+static int gpo__collect(struct dl_phdr_info *info, size_t size, void *arg)
+{
+	struct gpo__objs *o = arg;
+
+	(void)size;
+	if (info->dlpi_name && info->dlpi_name[0] && o->n < GPO__MAXOBJ)
+		o->name[o->n++] = info->dlpi_name;
+	return 0;
+}
+
+static void *gpo__lookup(const char *name, const void *site)
+{
+	struct link_map *lm = gpo__map_of(site);
+	/* Big for a stack that may be a 16 KiB thread's: static, and the
+	 * slow path is serialised. */
+	static struct gpo__objs objs;
+	static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+	void *p = NULL;
+
+	if (lm) {
+		/* Not dlsym(lm): a dependency that was never dlopen()ed itself
+		 * has no search list of its own. dlopen(RTLD_NOLOAD) makes one
+		 * (and for the main program's "" name gives the global scope). */
+		void *h = lm->l_name && lm->l_name[0] ?
+			  dlopen(lm->l_name, RTLD_LAZY | RTLD_NOLOAD) :
+			  dlopen(NULL, RTLD_LAZY);
+		if (h) {
+			p = gpo__sym(h, name);
+			dlclose(h);
+			if (p)
+				return p;
+		} else {
+			(void)dlerror();
+		}
+	}
+	if ((p = gpo__sym(RTLD_NEXT, name)))
+		return p;
+	/* dlopen is not called from inside dl_iterate_phdr's callback (it
+	 * holds the loader's lock): the names are collected first. */
+	pthread_mutex_lock(&lock);
+	objs.n = 0;
+	dl_iterate_phdr(gpo__collect, &objs);
+	for (int i = 0; i < objs.n && !p; i++) {
+		void *h = dlopen(objs.name[i], RTLD_LAZY | RTLD_NOLOAD);
+		if (!h) {
+			(void)dlerror();
+			continue;
+		}
+		p = gpo__sym(h, name);
+		dlclose(h);
+	}
+	pthread_mutex_unlock(&lock);
+	return p;
+}
+
+void *gpo_resolve(struct gpo_fn *fn, const void *site)
+{
+	unsigned h = (unsigned)(((uintptr_t)site >> 2) % GPO_SITES);
+	void *real;
+
+	for (unsigned i = 0; i < GPO_SITES; i++) {
+		struct gpo_site *e = &fn->cache[(h + i) % GPO_SITES];
+		const void *s = __atomic_load_n(&e->site, __ATOMIC_ACQUIRE);
+		if (s == site)
+			return __atomic_load_n(&e->real, __ATOMIC_RELAXED);
+		if (!s)
+			break;
+	}
+	real = gpo__lookup(fn->name, site);
+	if (!real) {
+		gpo_msg_once(GPO_MSG_NOFN, "no loaded library other than this "
+			     "one defines %s; the call did nothing", fn->name);
+		return NULL;
+	}
+	for (unsigned i = 0; i < GPO_SITES; i++) {
+		struct gpo_site *e = &fn->cache[(h + i) % GPO_SITES];
+		const void *expect = NULL;
+		if (__atomic_compare_exchange_n(&e->site, &expect, CLAIMED, 0,
+						__ATOMIC_ACQ_REL,
+						__ATOMIC_ACQUIRE)) {
+			__atomic_store_n(&e->real, real, __ATOMIC_RELAXED);
+			__atomic_store_n(&e->site, site, __ATOMIC_RELEASE);
+			break;
+		}
+		if (expect == site)
+			break;
+	}
+	return real;
+}

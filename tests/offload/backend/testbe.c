@@ -1,0 +1,296 @@
+/*
+ * testbe.c - build/libgpuoffload-test.so: a GPU backend of the private ABI
+ * (src/offload/backend.h) that runs on the CPU, so that the frontend's
+ * dispatch, copies, LAPACK semantics and every fallback are tested without
+ * a GPU. Its "device memory" is malloc'd; its kernels are the reference
+ * implementations of kernels.c.
+ *
+ * Controlled by the environment, read at start():
+ *   GPU_OFFLOAD_TEST_JOURNAL=path  one line per event, appended:
+ *                                  "start", "stop", "run <op> <prec> m n k
+ *                                  nrhs int64 pid", "fail <step> <op>"
+ *   GPU_OFFLOAD_TEST_FAIL=step[:N][,...]  make step fail (start, alloc,
+ *                                  to_device, kernel, to_host): every
+ *                                  time, or only its N-th call (from 1)
+ *   GPU_OFFLOAD_TEST_SLOW=us       every kernel takes this much longer
+ *   GPU_OFFLOAD_TEST_CORRUPT=1     add 1 to the first element of each
+ *                                  result (for verify mode's tests)
+ *   GPU_OFFLOAD_TEST_MEM=bytes     device memory size (default 16 GiB);
+ *                                  allocations beyond it fail
+ *   GPU_OFFLOAD_TEST_BLAS=1        start(), stop() and memory() call the
+ *                                  process's dgemm_ (as a backend whose
+ *                                  libraries use host BLAS might)
+ * Built with -DGPO_TEST_ABI=N it answers ABI version N instead (the
+ * mismatch test).
+ */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "testbe.h"
+
+#ifndef GPO_TEST_ABI
+#define GPO_TEST_ABI GPO_BACKEND_ABI
+#endif
+
+enum { S_START, S_ALLOC, S_TO_DEVICE, S_KERNEL, S_TO_HOST, S_N };
+static const char *const tb_step[S_N] = { "start", "alloc", "to_device",
+					  "kernel", "to_host" };
+static long tb_fail_at[S_N];    /* 0 never, -1 always, N: the N-th call */
+static long tb_calls[S_N];
+static long tb_slow_us;
+static int tb_corrupt;
+static uint64_t tb_mem_total = 16ull << 30, tb_mem_used;
+static const char *tb_journal;
+static int tb_op;
+
+static long tb_num(const char *s)
+{
+	long v = 0;
+
+	while (s && *s >= '0' && *s <= '9')
+		v = v * 10 + (*s++ - '0');
+	return v;
+}
+
+static void tb_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void tb_log(const char *fmt, ...)
+{
+	char line[256];
+	va_list ap;
+	int n, fd, e = errno;
+
+	if (!tb_journal)
+		return;
+	va_start(ap, fmt);
+	n = vsnprintf(line, sizeof line - 1, fmt, ap);
+	va_end(ap);
+	if (n < 0)
+		return;
+	if (n > (int)sizeof line - 2)
+		n = (int)sizeof line - 2;
+	line[n++] = '\n';
+	fd = open(tb_journal, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+	if (fd >= 0) {
+		if (write(fd, line, (size_t)n) < 0) {
+			/* the test will see the line missing */
+		}
+		close(fd);
+	}
+	errno = e;
+}
+
+static int tb_fails(int step)
+{
+	long at = tb_fail_at[step], n = ++tb_calls[step];
+
+	if (at == -1 || (at > 0 && n == at)) {
+		tb_log("fail %s %d", tb_step[step], tb_op);
+		return 1;
+	}
+	return 0;
+}
+
+static void tb_config(void)
+{
+	const char *f = getenv("GPU_OFFLOAD_TEST_FAIL");
+	const char *s;
+
+	memset(tb_fail_at, 0, sizeof tb_fail_at);
+	memset(tb_calls, 0, sizeof tb_calls);
+	while (f && *f) {
+		for (int i = 0; i < S_N; i++) {
+			size_t len = strlen(tb_step[i]);
+			if (strncmp(f, tb_step[i], len) == 0 &&
+			    (f[len] == ':' || f[len] == ',' || !f[len]))
+				tb_fail_at[i] = f[len] == ':' ? tb_num(f + len + 1) : -1;
+		}
+		f = strchr(f, ',');
+		f = f ? f + 1 : NULL;
+	}
+	tb_journal = getenv("GPU_OFFLOAD_TEST_JOURNAL");
+	if (tb_journal && !*tb_journal)
+		tb_journal = NULL;
+	tb_slow_us = tb_num(getenv("GPU_OFFLOAD_TEST_SLOW"));
+	s = getenv("GPU_OFFLOAD_TEST_CORRUPT");
+	tb_corrupt = s && s[0] == '1';
+	s = getenv("GPU_OFFLOAD_TEST_MEM");
+	if (s && *s)
+		tb_mem_total = (uint64_t)tb_num(s);
+}
+
+/* A 2x2 dgemm_ through the process's global scope: the wrapper, when the
+ * offloader is preloaded. */
+static void tb_blas(void)
+{
+	typedef void gemm_t(const char *, const char *, const int *,
+			    const int *, const int *, const double *,
+			    const double *, const int *, const double *,
+			    const int *, const double *, double *,
+			    const int *, size_t, size_t);
+	const char *s = getenv("GPU_OFFLOAD_TEST_BLAS");
+	gemm_t *gemm;
+	double a[4] = { 1, 2, 3, 4 }, c[4], one = 1, zero = 0;
+	int two = 2;
+
+	if (!s || s[0] != '1')
+		return;
+	gemm = (gemm_t *)dlsym(RTLD_DEFAULT, "dgemm_");
+	if (gemm) {
+		gemm("N", "N", &two, &two, &two, &one, a, &two, a, &two, &zero,
+		     c, &two, 1, 1);
+		tb_log("blas %g", c[0]);
+	}
+}
+
+static int tb_start(void)
+{
+	tb_config();
+	if (tb_fails(S_START))
+		return -1;
+	tb_blas();
+	tb_log("start");
+	return 0;
+}
+
+static void tb_stop(void)
+{
+	tb_blas();
+	tb_log("stop");
+}
+
+static int tb_memory(uint64_t *free_bytes, uint64_t *total_bytes)
+{
+	tb_blas();
+	*total_bytes = tb_mem_total;
+	*free_bytes = tb_mem_total > tb_mem_used ? tb_mem_total - tb_mem_used : 0;
+	return 0;
+}
+
+/* Each allocation carries its size in front, for the accounting. */
+static int tb_alloc(void **dev, uint64_t bytes)
+{
+	uint64_t *p;
+
+	if (tb_fails(S_ALLOC) || bytes > tb_mem_total - tb_mem_used)
+		return -1;
+	p = malloc(bytes + 16);
+	if (!p)
+		return -1;
+	p[0] = bytes;
+	tb_mem_used += bytes;
+	*dev = p + 2;   /* released by tb_release, from p + 2 */
+	/* cppcheck-suppress memleak */
+	return 0;
+}
+
+static void tb_release(void *dev)
+{
+	uint64_t *p = (uint64_t *)dev - 2;
+
+	tb_mem_used -= p[0];
+	free(p);
+}
+
+static void tb_copy(void *dst, uint64_t dpitch, const void *src,
+		    uint64_t spitch, uint64_t width, uint64_t rows)
+{
+	for (uint64_t r = 0; r < rows; r++)
+		memcpy((char *)dst + r * dpitch, (const char *)src + r * spitch,
+		       width);
+}
+
+static int tb_to_device(void *dev, uint64_t dpitch, const void *host,
+			uint64_t spitch, uint64_t width, uint64_t rows)
+{
+	if (tb_fails(S_TO_DEVICE))
+		return -1;
+	tb_copy(dev, dpitch, host, spitch, width, rows);
+	return 0;
+}
+
+static int tb_to_host(void *host, uint64_t dpitch, const void *dev,
+		      uint64_t spitch, uint64_t width, uint64_t rows)
+{
+	if (tb_fails(S_TO_HOST))
+		return -1;
+	tb_copy(host, dpitch, dev, spitch, width, rows);
+	return 0;
+}
+
+/* The operand holding each operation's main result (for CORRUPT). */
+static int tb_result(int op)
+{
+	switch (op) {
+	case GPO_OP_GEMM: case GPO_OP_SYMM: case GPO_OP_HEMM:
+	case GPO_OP_SYR2K: case GPO_OP_HER2K: case GPO_OP_GESV:
+	case GPO_OP_GETRS: return 2;
+	case GPO_OP_SYRK: case GPO_OP_HERK: case GPO_OP_TRMM: case GPO_OP_TRSM:
+	case GPO_OP_POTRS: case GPO_OP_POSV: case GPO_OP_SYEV:
+	case GPO_OP_HEEV: case GPO_OP_SYEVD: case GPO_OP_HEEVD:
+	case GPO_OP_GESVD: case GPO_OP_GESDD: case GPO_OP_GELS: return 1;
+	default: return 0;
+	}
+}
+
+static int tb_run(struct gpo_kernel *k)
+{
+	int rc;
+
+	tb_op = k->op;
+	if (k->size < sizeof *k)
+		return -1;
+	tb_log("run %d %c %lld %lld %lld %lld %d %d", k->op, k->prec,
+	       (long long)k->m, (long long)k->n, (long long)k->k,
+	       (long long)k->nrhs, k->int64, (int)getpid());
+	if (tb_fails(S_KERNEL))
+		return -1;
+	if (tb_slow_us > 0) {
+		struct timespec ts = { tb_slow_us / 1000000,
+				       (tb_slow_us % 1000000) * 1000 };
+		while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+		}
+	}
+	rc = tb_kernel(k);
+	if (rc == 0 && tb_corrupt) {
+		int i = tb_result(k->op);
+		void *p = k->buf[i];
+		int real_arr = (k->op >= GPO_OP_SYEV && k->op <= GPO_OP_GESDD && i == 1);
+		if (p) {
+			if (k->prec == 's' || (k->prec == 'c' && real_arr) || k->prec == 'c')
+				((float *)p)[0] += 1.0f;
+			else
+				((double *)p)[0] += 1.0;
+		}
+	}
+	return rc;
+}
+
+static const struct gpo_backend tb_api = {
+	.abi = GPO_TEST_ABI,
+	.size = sizeof(struct gpo_backend),
+	.name = "test (CPU reference)",
+	.start = tb_start,
+	.stop = tb_stop,
+	.memory = tb_memory,
+	.alloc = tb_alloc,
+	.release = tb_release,
+	.to_device = tb_to_device,
+	.to_host = tb_to_host,
+	.run = tb_run,
+};
+
+__attribute__((visibility("default")))
+const struct gpo_backend *gpo_backend_entry(uint32_t abi);
+const struct gpo_backend *gpo_backend_entry(uint32_t abi)
+{
+	(void)abi;      /* answers its own version; the frontend checks */
+	return &tb_api;
+}

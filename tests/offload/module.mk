@@ -1,0 +1,61 @@
+# tests/offload/module.mk - the frontend's test programs (included by
+# src/offload/module.mk). They link the system's reference BLAS/LAPACK
+# (libblas.so.3, liblapack.so.3: python3-numpy's dependencies).
+
+OFL_TCC = $(CC) $(WARN) $(CFLAGS) -Wno-strict-prototypes
+OFL_TESTS := $(OFL_T)/opcheck $(OFL_T)/libbadabi.so $(OFL_T)/forkcheck \
+             $(OFL_T)/securecheck $(OFL_T)/threadcheck
+
+$(OFL_T)/opcheck: $(OFL_TSRC)/opcheck.c $(OFL_TSRC)/opcheck_lapack.c $(OFL_TSRC)/opcheck.h
+	@mkdir -p $(@D)
+	$(OFL_TCC) -o $@ $(filter %.c,$^) -Wl,--no-as-needed -l:liblapack.so.3 -l:libblas.so.3 -ldl -lm
+
+$(OFL_T)/securecheck: $(OFL_TSRC)/securecheck.c
+	@mkdir -p $(@D)
+	$(OFL_TCC) -o $@ $< -Wl,--no-as-needed -l:libblas.so.3 -ldl -lm
+
+$(OFL_T)/threadcheck: $(OFL_TSRC)/threadcheck.c
+	@mkdir -p $(@D)
+	$(OFL_TCC) -pthread -o $@ $< -Wl,--no-as-needed -l:libblas.so.3 -ldl -lm
+
+$(OFL_T)/forkcheck: $(OFL_TSRC)/forkcheck.c
+	@mkdir -p $(@D)
+	$(OFL_TCC) -o $@ $< -Wl,--no-as-needed -l:libblas.so.3 -ldl -lm
+
+# The Fortran programs (gfortran): fcheck on the system's LAPACK/BLAS;
+# flenmain on libflen.so, which records the hidden string lengths.
+OFL_FC ?= gfortran
+OFL_FTESTS := $(OFL_T)/fcheck $(OFL_T)/flenmain
+.PHONY: offload-ftests
+offload-ftests: $(OFL_FTESTS)
+
+$(OFL_T)/fcheck: $(OFL_TSRC)/fcheck.f90
+	@mkdir -p $(@D)
+	$(OFL_FC) -O1 -J $(@D) -o $@ $< -Wl,--no-as-needed -l:liblapack.so.3 -l:libblas.so.3
+
+$(OFL_T)/libflen.so: $(OFL_TSRC)/flen.f90
+	@mkdir -p $(@D)
+	$(OFL_FC) -O1 -J $(@D) -fPIC -shared -o $@ $<
+
+$(OFL_T)/flenmain: $(OFL_TSRC)/flenmain.f90 $(OFL_T)/libflen.so
+	$(OFL_FC) -O1 -J $(@D) -o $@ $< -L$(OFL_T) -lflen -Wl,-rpath,'$$ORIGIN'
+
+# The scipy_* / scipy_*_64_ names behind an RTLD_LOCAL load: sdriver
+# dlopen()s libsclient.so, which is linked with libsblas.so.
+# libsclientb.so and libsblasb.so are second copies under other names:
+# each client's calls must reach its own library (per-call-site lookup).
+OFL_TESTS += $(OFL_T)/sdriver $(OFL_T)/libsclient.so $(OFL_T)/libsclientb.so
+$(OFL_T)/libsblas.so $(OFL_T)/libsblasb.so: $(OFL_TSRC)/sblas.c
+	@mkdir -p $(@D)
+	$(OFL_TCC) -fPIC -shared -Wl,-soname,$(@F) -o $@ $<
+$(OFL_T)/libsclient.so: $(OFL_TSRC)/sclient.c $(OFL_T)/libsblas.so
+	$(OFL_TCC) -fPIC -shared -Wl,-soname,$(@F) -o $@ $< \
+	    -L$(OFL_T) -lsblas -Wl,-rpath,'$$ORIGIN' -lm
+$(OFL_T)/libsclientb.so: $(OFL_TSRC)/sclient.c $(OFL_T)/libsblasb.so
+	$(OFL_TCC) -fPIC -shared -Wl,-soname,$(@F) -o $@ $< \
+	    -L$(OFL_T) -lsblasb -Wl,-rpath,'$$ORIGIN' -lm
+$(OFL_T)/sdriver: $(OFL_TSRC)/sdriver.c
+	@mkdir -p $(@D)
+	$(OFL_TCC) -o $@ $< -ldl -Wl,-rpath,'$$ORIGIN'
+
+offload-tests: $(OFL_TESTS)

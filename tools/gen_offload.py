@@ -1,0 +1,502 @@
+#!/usr/bin/python3
+"""gen_offload.py OUTDIR - generate libgpuoffload.so's wrappers from one table.
+
+The table (OPS below) is the only description of the intercepted BLAS and
+LAPACK operations: each entry gives the operation's stable number, its
+precisions, its Fortran argument list (per precision class where they
+differ), its CBLAS argument list (BLAS only), the work in flops, and its
+device operands (shape, leading dimension, whether each is read and/or
+written, and how verify mode compares it). From it this writes, into OUTDIR:
+
+  ops.h        GPO_OP_* numbers (part of the backend ABI, src/offload/backend.h)
+  ops.c        per operation: name, describe() (flops, operands, options)
+  wrappers.c   every exported wrapper: 4 precisions x Fortran/CBLAS x
+               standard, scipy_ and scipy_*_64_ names
+  exports.list the exported names, one a line (tools/gate.sh)
+  exports.map  the linker version script exporting exactly those
+
+Only /usr/bin/python3's standard library is used; the output is not
+committed (the build runs this).
+"""
+import os
+import sys
+
+# ---- The table ---------------------------------------------------------------
+#
+# Fortran argument kinds (one token each, "name:kind"):
+#   c   CHARACTER*1 option (a hidden length is appended at the end)
+#   i   INTEGER dimension (m, n, k, nrhs)
+#   ld  INTEGER leading dimension of the operand named after "ld"
+#   inc INTEGER increment
+#   lw  INTEGER workspace length (lwork, lrwork, liwork: -1 is a query)
+#   s   scalar of the precision      sr  real scalar of the precision
+#   a   array of the precision       r   real array of the precision
+#   p   INTEGER array (pivots, iwork)
+#   info INTEGER output
+# CBLAS lists use the same kinds, passed by value where CBLAS does
+# (dimensions, real scalars), plus "layout" (the CblasRowMajor/ColMajor
+# enum) and "e" (an enum option: trans, uplo, side, diag).
+#
+# Operands: (argument, element kind M|R|I, rows, cols, in, out, compare)
+# in C expressions of the normalised call (m, n, k, nrhs; o0..o3 the
+# options in order, upper case). compare: val (compare values), vec
+# (vectors, defined up to a phase: not compared), piv (exact), lu (only
+# when the pivots agree).
+
+class Op:
+    def __init__(self, num, name, level, precs, fargs, flops, bufs=(),
+                 cargs=None, names=None, measure=False, opts="", gpu_if="1",
+                 ret=None):
+        self.num, self.name, self.level, self.precs = num, name, level, precs
+        self.fargs = fargs if isinstance(fargs, dict) else {p: fargs for p in precs}
+        for p in precs:
+            for k in list(self.fargs):
+                if p in k and len(k) > 1:
+                    self.fargs[p] = self.fargs[k]
+        self.cargs = None
+        if cargs is not None:
+            self.cargs = cargs if isinstance(cargs, dict) else {p: cargs for p in precs}
+            for p in precs:
+                for k in list(self.cargs):
+                    if p in k and len(k) > 1:
+                        self.cargs[p] = self.cargs[k]
+        self.flops, self.bufs, self.measure = flops, bufs, measure
+        self.names = names or {p: p + name for p in precs}
+        self.opts = opts          # allowed letters per option, "|"-separated
+        self.gpu_if = gpu_if      # extra condition for the GPU path
+        self.ret = ret or {}      # Fortran function result type per prec
+
+
+L3 = 3
+OPS = [
+    # ---- BLAS level 3 -------------------------------------------------------
+    Op(1, "gemm", L3, "sdcz",
+       "transa:c transb:c m:i n:i k:i alpha:s a:a lda:ld b:a ldb:ld beta:s c:a ldc:ld",
+       "2.0*m*n*k",
+       [("a", "M", "o0=='N'?m:k", "o0=='N'?k:m", "1", "0", "val"),
+        ("b", "M", "o1=='N'?k:n", "o1=='N'?n:k", "1", "0", "val"),
+        ("c", "M", "m", "n", "1", "1", "val")],
+       cargs="layout transa:e transb:e m:i n:i k:i alpha:s a:a lda:ld b:a ldb:ld beta:s c:a ldc:ld",
+       opts="NTC|NTC"),
+    Op(2, "symm", L3, "sdcz",
+       "side:c uplo:c m:i n:i alpha:s a:a lda:ld b:a ldb:ld beta:s c:a ldc:ld",
+       "2.0*(o0=='L'?m:n)*m*n",
+       [("a", "M", "o0=='L'?m:n", "o0=='L'?m:n", "1", "0", "val"),
+        ("b", "M", "m", "n", "1", "0", "val"),
+        ("c", "M", "m", "n", "1", "1", "val")],
+       cargs="layout side:e uplo:e m:i n:i alpha:s a:a lda:ld b:a ldb:ld beta:s c:a ldc:ld",
+       opts="LR|UL"),
+    Op(3, "hemm", L3, "cz",
+       "side:c uplo:c m:i n:i alpha:s a:a lda:ld b:a ldb:ld beta:s c:a ldc:ld",
+       "2.0*(o0=='L'?m:n)*m*n",
+       [("a", "M", "o0=='L'?m:n", "o0=='L'?m:n", "1", "0", "val"),
+        ("b", "M", "m", "n", "1", "0", "val"),
+        ("c", "M", "m", "n", "1", "1", "val")],
+       cargs="layout side:e uplo:e m:i n:i alpha:s a:a lda:ld b:a ldb:ld beta:s c:a ldc:ld",
+       opts="LR|UL"),
+    Op(4, "syrk", L3, "sdcz",
+       "uplo:c trans:c n:i k:i alpha:s a:a lda:ld beta:s c:a ldc:ld",
+       "1.0*n*(n+1)*k",
+       [("a", "M", "o1=='N'?n:k", "o1=='N'?k:n", "1", "0", "val"),
+        ("c", "M", "n", "n", "1", "1", "val")],
+       cargs="layout uplo:e trans:e n:i k:i alpha:s a:a lda:ld beta:s c:a ldc:ld",
+       opts="UL|NTC", gpu_if="!(cplx && o1=='C')"),
+    Op(5, "herk", L3, "cz",
+       "uplo:c trans:c n:i k:i alpha:sr a:a lda:ld beta:sr c:a ldc:ld",
+       "1.0*n*(n+1)*k",
+       [("a", "M", "o1=='N'?n:k", "o1=='N'?k:n", "1", "0", "val"),
+        ("c", "M", "n", "n", "1", "1", "val")],
+       cargs="layout uplo:e trans:e n:i k:i alpha:sr a:a lda:ld beta:sr c:a ldc:ld",
+       opts="UL|NC"),
+    Op(6, "syr2k", L3, "sdcz",
+       "uplo:c trans:c n:i k:i alpha:s a:a lda:ld b:a ldb:ld beta:s c:a ldc:ld",
+       "2.0*n*(n+1)*k",
+       [("a", "M", "o1=='N'?n:k", "o1=='N'?k:n", "1", "0", "val"),
+        ("b", "M", "o1=='N'?n:k", "o1=='N'?k:n", "1", "0", "val"),
+        ("c", "M", "n", "n", "1", "1", "val")],
+       cargs="layout uplo:e trans:e n:i k:i alpha:s a:a lda:ld b:a ldb:ld beta:s c:a ldc:ld",
+       opts="UL|NTC", gpu_if="!(cplx && o1=='C')"),
+    Op(7, "her2k", L3, "cz",
+       "uplo:c trans:c n:i k:i alpha:s a:a lda:ld b:a ldb:ld beta:sr c:a ldc:ld",
+       "2.0*n*(n+1)*k",
+       [("a", "M", "o1=='N'?n:k", "o1=='N'?k:n", "1", "0", "val"),
+        ("b", "M", "o1=='N'?n:k", "o1=='N'?k:n", "1", "0", "val"),
+        ("c", "M", "n", "n", "1", "1", "val")],
+       cargs="layout uplo:e trans:e n:i k:i alpha:s a:a lda:ld b:a ldb:ld beta:sr c:a ldc:ld",
+       opts="UL|NC"),
+    Op(8, "trmm", L3, "sdcz",
+       "side:c uplo:c transa:c diag:c m:i n:i alpha:s a:a lda:ld b:a ldb:ld",
+       "1.0*(o0=='L'?m:n)*m*n",
+       [("a", "M", "o0=='L'?m:n", "o0=='L'?m:n", "1", "0", "val"),
+        ("b", "M", "m", "n", "1", "1", "val")],
+       cargs="layout side:e uplo:e transa:e diag:e m:i n:i alpha:s a:a lda:ld b:a ldb:ld",
+       opts="LR|UL|NTC|NU"),
+    Op(9, "trsm", L3, "sdcz",
+       "side:c uplo:c transa:c diag:c m:i n:i alpha:s a:a lda:ld b:a ldb:ld",
+       "1.0*(o0=='L'?m:n)*m*n",
+       [("a", "M", "o0=='L'?m:n", "o0=='L'?m:n", "1", "0", "val"),
+        ("b", "M", "m", "n", "1", "1", "val")],
+       cargs="layout side:e uplo:e transa:e diag:e m:i n:i alpha:s a:a lda:ld b:a ldb:ld",
+       opts="LR|UL|NTC|NU"),
+    # ---- BLAS level 2 and 1: measured, never offloaded -----------------------
+    Op(20, "gemv", 2, "sdcz",
+       "trans:c m:i n:i alpha:s a:a lda:ld x:a incx:inc beta:s y:a incy:inc",
+       "2.0*m*n",
+       cargs="layout trans:e m:i n:i alpha:s a:a lda:ld x:a incx:inc beta:s y:a incy:inc",
+       measure=True),
+    Op(21, "axpy", 1, "sdcz", "n:i alpha:s x:a incx:inc y:a incy:inc", "2.0*n",
+       cargs="n:i alpha:s x:a incx:inc y:a incy:inc", measure=True),
+    Op(22, "scal", 1, "sdcz", "n:i alpha:s x:a incx:inc", "1.0*n",
+       cargs="n:i alpha:s x:a incx:inc", measure=True),
+    Op(23, "copy", 1, "sdcz", "n:i x:a incx:inc y:a incy:inc", "1.0*n",
+       cargs="n:i x:a incx:inc y:a incy:inc", measure=True),
+    Op(24, "dot", 1, "sd", "n:i x:a incx:inc y:a incy:inc", "2.0*n",
+       cargs="n:i x:a incx:inc y:a incy:inc", measure=True,
+       ret={"s": "float", "d": "double"}),
+    Op(25, "dotu", 1, "cz", "n:i x:a incx:inc y:a incy:inc", "2.0*n",
+       cargs="n:i x:a incx:inc y:a incy:inc dotu:a", measure=True,
+       ret={"c": "float _Complex", "z": "double _Complex"}),
+    Op(26, "dotc", 1, "cz", "n:i x:a incx:inc y:a incy:inc", "2.0*n",
+       cargs="n:i x:a incx:inc y:a incy:inc dotc:a", measure=True,
+       ret={"c": "float _Complex", "z": "double _Complex"}),
+    Op(27, "nrm2", 1, "sdcz", "n:i x:a incx:inc", "2.0*n",
+       cargs="n:i x:a incx:inc", measure=True,
+       names={"s": "snrm2", "d": "dnrm2", "c": "scnrm2", "z": "dznrm2"},
+       ret={"s": "float", "d": "double", "c": "float", "z": "double"}),
+    Op(28, "asum", 1, "sdcz", "n:i x:a incx:inc", "1.0*n",
+       cargs="n:i x:a incx:inc", measure=True,
+       names={"s": "sasum", "d": "dasum", "c": "scasum", "z": "dzasum"},
+       ret={"s": "float", "d": "double", "c": "float", "z": "double"}),
+    Op(29, "iamax", 1, "sdcz", "n:i x:a incx:inc", "1.0*n",
+       cargs="n:i x:a incx:inc", measure=True,
+       names={"s": "isamax", "d": "idamax", "c": "icamax", "z": "izamax"},
+       ret={p: "INT" for p in "sdcz"}),
+    # ---- LAPACK ----------------------------------------------------------------
+    Op(40, "getrf", 4, "sdcz", "m:i n:i a:a lda:ld ipiv:p info:info",
+       "(m>=n ? 1.0*m*n*n-1.0*n*n*n/3 : 1.0*n*m*m-1.0*m*m*m/3)",
+       [("a", "M", "m", "n", "1", "1", "lu"),
+        ("ipiv", "I", "(m<n?m:n)", "1", "0", "1", "piv")]),
+    Op(41, "getrs", 4, "sdcz",
+       "trans:c n:i nrhs:i a:a lda:ld ipiv:p b:a ldb:ld info:info",
+       "2.0*n*n*nrhs",
+       [("a", "M", "n", "n", "1", "0", "val"),
+        ("ipiv", "I", "n", "1", "1", "0", "piv"),
+        ("b", "M", "n", "nrhs", "1", "1", "val")], opts="NTC"),
+    Op(42, "gesv", 4, "sdcz",
+       "n:i nrhs:i a:a lda:ld ipiv:p b:a ldb:ld info:info",
+       "2.0*n*n*n/3+2.0*n*n*nrhs",
+       [("a", "M", "n", "n", "1", "1", "lu"),
+        ("ipiv", "I", "n", "1", "0", "1", "piv"),
+        ("b", "M", "n", "nrhs", "1", "1", "val")]),
+    Op(43, "potrf", 4, "sdcz", "uplo:c n:i a:a lda:ld info:info",
+       "1.0*n*n*n/3",
+       [("a", "M", "n", "n", "1", "1", "val")], opts="UL"),
+    Op(44, "potrs", 4, "sdcz",
+       "uplo:c n:i nrhs:i a:a lda:ld b:a ldb:ld info:info",
+       "2.0*n*n*nrhs",
+       [("a", "M", "n", "n", "1", "0", "val"),
+        ("b", "M", "n", "nrhs", "1", "1", "val")], opts="UL"),
+    Op(45, "posv", 4, "sdcz",
+       "uplo:c n:i nrhs:i a:a lda:ld b:a ldb:ld info:info",
+       "1.0*n*n*n/3+2.0*n*n*nrhs",
+       [("a", "M", "n", "n", "1", "1", "val"),
+        ("b", "M", "n", "nrhs", "1", "1", "val")], opts="UL"),
+    Op(46, "syev", 4, "sd",
+       "jobz:c uplo:c n:i a:a lda:ld w:r work:a lwork:lw info:info",
+       "(o0=='V' ? 9.0 : 4.0/3)*n*n*n",
+       [("a", "M", "n", "n", "1", "o0=='V'", "vec"),
+        ("w", "R", "n", "1", "0", "1", "val")], opts="NV|UL"),
+    Op(47, "heev", 4, "cz",
+       "jobz:c uplo:c n:i a:a lda:ld w:r work:a lwork:lw rwork:r info:info",
+       "(o0=='V' ? 9.0 : 4.0/3)*n*n*n",
+       [("a", "M", "n", "n", "1", "o0=='V'", "vec"),
+        ("w", "R", "n", "1", "0", "1", "val")], opts="NV|UL"),
+    Op(48, "syevd", 4, "sd",
+       "jobz:c uplo:c n:i a:a lda:ld w:r work:a lwork:lw iwork:p liwork:lw info:info",
+       "(o0=='V' ? 9.0 : 4.0/3)*n*n*n",
+       [("a", "M", "n", "n", "1", "o0=='V'", "vec"),
+        ("w", "R", "n", "1", "0", "1", "val")], opts="NV|UL"),
+    Op(49, "heevd", 4, "cz",
+       "jobz:c uplo:c n:i a:a lda:ld w:r work:a lwork:lw rwork:r lrwork:lw iwork:p liwork:lw info:info",
+       "(o0=='V' ? 9.0 : 4.0/3)*n*n*n",
+       [("a", "M", "n", "n", "1", "o0=='V'", "vec"),
+        ("w", "R", "n", "1", "0", "1", "val")], opts="NV|UL"),
+    Op(50, "gesvd", 4, "sdcz",
+       {"sd": "jobu:c jobvt:c m:i n:i a:a lda:ld s:r u:a ldu:ld vt:a ldvt:ld work:a lwork:lw info:info",
+        "cz": "jobu:c jobvt:c m:i n:i a:a lda:ld s:r u:a ldu:ld vt:a ldvt:ld work:a lwork:lw rwork:r info:info"},
+       "4.0*m*n*(m<n?m:n)+((o0!='N'||o1!='N') ? 8.0*(m<n?m:n)*(m<n?m:n)*(m<n?m:n) : 0)",
+       [("a", "M", "m", "n", "1", "0", "val"),
+        ("s", "R", "(m<n?m:n)", "1", "0", "1", "val"),
+        ("u", "M", "o0=='N'?0:m", "o0=='A'?m:o0=='S'?(m<n?m:n):0", "0", "1", "vec"),
+        ("vt", "M", "o1=='A'?n:o1=='S'?(m<n?m:n):0", "o1=='N'?0:n", "0", "1", "vec")],
+       opts="ASNO|ASNO", gpu_if="o0!='O' && o1!='O'"),
+    Op(51, "gesdd", 4, "sdcz",
+       {"sd": "jobz:c m:i n:i a:a lda:ld s:r u:a ldu:ld vt:a ldvt:ld work:a lwork:lw iwork:p info:info",
+        "cz": "jobz:c m:i n:i a:a lda:ld s:r u:a ldu:ld vt:a ldvt:ld work:a lwork:lw rwork:r iwork:p info:info"},
+       "4.0*m*n*(m<n?m:n)+(o0!='N' ? 8.0*(m<n?m:n)*(m<n?m:n)*(m<n?m:n) : 0)",
+       [("a", "M", "m", "n", "1", "0", "val"),
+        ("s", "R", "(m<n?m:n)", "1", "0", "1", "val"),
+        ("u", "M", "o0=='N'?0:m", "o0=='A'?m:o0=='S'?(m<n?m:n):0", "0", "1", "vec"),
+        ("vt", "M", "o0=='A'?n:o0=='S'?(m<n?m:n):0", "o0=='N'?0:n", "0", "1", "vec")],
+       opts="ASNO", gpu_if="o0!='O'"),
+    Op(52, "geqrf", 4, "sdcz", "m:i n:i a:a lda:ld tau:a work:a lwork:lw info:info",
+       "(m>=n ? 2.0*m*n*n-2.0*n*n*n/3 : 2.0*n*m*m-2.0*m*m*m/3)",
+       [("a", "M", "m", "n", "1", "1", "val"),
+        ("tau", "M", "(m<n?m:n)", "1", "0", "1", "val")]),
+    Op(53, "gels", 4, "sdcz",
+       "trans:c m:i n:i nrhs:i a:a lda:ld b:a ldb:ld work:a lwork:lw info:info",
+       "(m>=n ? 2.0*m*n*n-2.0*n*n*n/3 : 2.0*n*m*m-2.0*m*m*m/3)+4.0*m*n*nrhs",
+       [("a", "M", "m", "n", "1", "1", "val"),
+        ("b", "M", "(m>n?m:n)", "nrhs", "1", "1", "val")], opts="NTC"),
+]
+
+SCHEMES = [  # (Fortran name, CBLAS name, 64-bit integers)
+    ("{n}_", "cblas_{n}", False),
+    ("scipy_{n}_", "scipy_cblas_{n}", False),
+    ("scipy_{n}_64_", "scipy_cblas_{n}64_", True),
+]
+# CBLAS names that differ from cblas_<fortran name>: complex dots return
+# through a pointer.
+CBLAS_NAME = {"dotu": "{n}_sub", "dotc": "{n}_sub"}
+
+CT = {"s": "float", "d": "double", "c": "float", "z": "double"}  # component
+
+
+# ---- Generation ----------------------------------------------------------------
+
+def parse(args):
+    out = []
+    for tok in args.split():
+        if ":" in tok:
+            name, kind = tok.split(":")
+        else:
+            name, kind = tok, tok
+        out.append((name, kind))
+    return out
+
+
+def ctype(kind, p, i64, by_value):
+    """C parameter type of one argument."""
+    it = "int64_t" if i64 else "int"
+    cplx = p in "cz"
+    el = {"s": "float", "d": "double", "c": "float", "z": "double"}[p]
+    if kind in ("c",):
+        return "const char *"
+    if kind in ("i", "ld", "inc", "lw"):
+        return it if by_value else f"const {it} *"
+    if kind == "info":
+        return f"{it} *"
+    if kind == "s":
+        if by_value and not cplx:
+            return el
+        return f"const {el} *" if not by_value else "const void *"
+    if kind == "sr":
+        return el if by_value else f"const {el} *"
+    if kind in ("a", "r"):
+        return f"{el} *" if not by_value else "void *"
+    if kind == "p":
+        return f"{it} *"
+    if kind in ("layout", "e"):
+        return "int"
+    raise ValueError(kind)
+
+
+def gen_wrapper(op, p, scheme, cblas, w):
+    fname_t, cname_t, i64 = scheme
+    base = op.names[p]
+    if cblas:
+        nm = CBLAS_NAME.get(op.name, "{n}").format(n=base)
+        name = cname_t.format(n=nm)
+        args = parse(op.cargs[p])
+        by_value = True
+    else:
+        name = fname_t.format(n=base)
+        args = parse(op.fargs[p])
+        by_value = False
+    it = "int64_t" if i64 else "int"
+    params = []
+    for a, k in args:
+        t = ctype(k, p, i64, by_value)
+        params.append(f"{t}{'' if t.endswith('*') else ' '}{a}")
+    strs = [a for a, k in args if k == "c"]
+    for s in strs:
+        params.append(f"size_t l_{s}")
+    ret = op.ret.get(p, "void")
+    if ret == "INT":
+        ret = "size_t" if cblas else it
+    if cblas and op.name in ("dotu", "dotc"):
+        ret = "void"
+    plist = ", ".join(params)
+    names = ", ".join([a for a, _ in args] + [f"l_{s}" for s in strs])
+    cplx = p in "cz"
+    body = []
+    body.append(f"GPO_EXPORT {ret} {name}({plist});")
+    body.append(f"{ret} {name}({plist})")
+    body.append("{")
+    body.append(f"\ttypedef {ret} (*real_t)({plist});")
+    body.append(f"\tstatic struct gpo_fn fn = {{ \"{name}\", {op.num}, '{p}', "
+                f"{1 if cblas else 0}, {1 if i64 else 0}, {{{{0, 0}}}} }};")
+    body.append("\tstruct gpo_ctx gx;")
+    if ret != "void":
+        body.append(f"\t{ret} r = 0;")
+    body.append("\treal_t real = (real_t)gpo_begin(&fn, &gx, __builtin_return_address(0));")
+    body.append("\tif (gx.state == GPO_ST_FILL) {")
+    # Fill the normalised arguments.
+    ci = 0
+    bi = {b[0]: i for i, b in enumerate(op.bufs)}
+    lws = 0
+    for a, k in args:
+        deref = "" if by_value else "*"
+        if k == "c":
+            body.append(f"\t\tgx.a.opt[{ci}] = gpo_upper(*{a});")
+            ci += 1
+        elif k == "e":
+            body.append(f"\t\tgx.a.opt[{ci}] = gpo_cblas_opt({a});")
+            ci += 1
+        elif k == "layout":
+            body.append(f"\t\tgx.a.layout = {a};")
+        elif k == "i":
+            body.append(f"\t\tgx.a.{a} = (int64_t){deref}{a};")
+        elif k == "ld":
+            buf = a[2:]
+            if buf in bi:
+                body.append(f"\t\tgx.a.ld[{bi[buf]}] = (int64_t){deref}{a};")
+        elif k == "inc":
+            pass
+        elif k == "lw":
+            body.append(f"\t\tif ((int64_t){deref}{a} == -1) gx.a.query = 1;")
+            lws += 1
+        elif k == "s":
+            if by_value and not cplx:
+                body.append(f"\t\tgx.a.{a}[0] = (double){a};")
+            else:
+                src = a if not by_value else f"((const {CT[p]} *){a})"
+                body.append(f"\t\tgx.a.{a}[0] = (double){src}[0];")
+                if cplx:
+                    body.append(f"\t\tgx.a.{a}[1] = (double){src}[1];")
+        elif k == "sr":
+            body.append(f"\t\tgx.a.{a}[0] = (double){deref}{a};")
+        elif k in ("a", "r", "p"):
+            if a in bi:
+                body.append(f"\t\tgx.a.buf[{bi[a]}] = (void *){a};")
+        elif k == "info":
+            body.append(f"\t\tgx.a.info = {a};")
+    body.append("\t\tgpo_run(&fn, &gx);")
+    body.append("\t}")
+    call = f"real({names})"
+    body.append("\tif (gx.state != GPO_ST_DONE) {")
+    body.append("\t\tif (real) {")
+    body.append("\t\t\tgpo_cpu_before(&gx);")
+    body.append(f"\t\t\t{'r = ' if ret != 'void' else ''}{call};")
+    body.append("\t\t\tgpo_cpu_after(&gx);")
+    body.append("\t\t}")
+    if lws:
+        # After a GPU run: the workspace sizes LAPACK reports in work(1)
+        # (and rwork(1), iwork(1)) come from the CPU library's own query.
+        qnames = []
+        for a, k in args:
+            if k == "lw":
+                qnames.append("&q")
+            elif k == "info":
+                qnames.append("&qi")
+            else:
+                qnames.append(a)
+        qnames += [f"l_{s}" for s in strs]
+        body.append("\t} else if (real) {")
+        body.append(f"\t\t{it} q = -1, qi = 0;")
+        body.append(f"\t\treal({', '.join(qnames)});")
+        body.append("\t\t(void)qi;")
+    body.append("\t}")
+    body.append("\tgpo_end(&fn, &gx);")
+    if ret != "void":
+        body.append("\treturn r;")
+    body.append("}")
+    w.append("\n".join(body) + "\n")
+    return name
+
+
+def gen_ops(w):
+    w.append("/* Generated by tools/gen_offload.py from its table: do not edit. */\n")
+    w.append('#include "frontend.h"\n')
+    w.append("#define m ((double)a->m)\n#define n ((double)a->n)\n"
+             "#define k ((double)a->k)\n#define nrhs ((double)a->nrhs)\n"
+             "#define o0 (a->opt[0])\n#define o1 (a->opt[1])\n"
+             "#define o2 (a->opt[2])\n#define o3 (a->opt[3])\n"
+             "#define cplx (a->prec == 'c' || a->prec == 'z')\n")
+    for op in OPS:
+        w.append(f"static void describe_{op.name}(const struct gpo_args *a, struct gpo_shape *s)\n{{")
+        w.append(f"\ts->flops = ({op.flops}) * (cplx ? 4.0 : 1.0);")
+        w.append(f"\ts->nbuf = {len(op.bufs)};")
+        for i, (nm, kind, rows, cols, i_, o_, cmp) in enumerate(op.bufs):
+            w.append(f"\ts->b[{i}].kind = '{kind}';")
+            w.append(f"\ts->b[{i}].rows = (int64_t)({rows});")
+            w.append(f"\ts->b[{i}].cols = (int64_t)({cols});")
+            w.append(f"\ts->b[{i}].in = (uint8_t)({i_});")
+            w.append(f"\ts->b[{i}].out = (uint8_t)({o_});")
+            w.append(f"\ts->b[{i}].cmp = GPO_CMP_{cmp.upper()};")
+            w.append(f"\ts->b[{i}].name = \"{nm}\";")
+            has_ld = any(a == "ld" + nm for a, _ in parse(list(op.fargs.values())[0]))
+            w.append(f"\ts->b[{i}].has_ld = {1 if has_ld else 0};")
+        w.append(f"\ts->gpu_ok = (uint8_t)({op.gpu_if});")
+        w.append("}\n")
+    for x in ("m", "n", "k", "nrhs", "o0", "o1", "o2", "o3", "cplx"):
+        w.append(f"#undef {x}")
+    w.append("\nconst struct gpo_opdesc gpo_opdesc[GPO_OP_MAX] = {")
+    for op in OPS:
+        opts = op.opts
+        w.append(f"\t[{op.num}] = {{ \"{op.name}\", {op.level}, {1 if op.measure else 0}, "
+                 f"{1 if op.bufs else 0}, \"{opts}\", describe_{op.name} }},")
+    w.append("};\n")
+    w.append("const char *gpo_op_name(unsigned op)\n{\n"
+             "\treturn op < GPO_OP_MAX && gpo_opdesc[op].name ? gpo_opdesc[op].name : \"?\";\n}\n")
+
+
+def main():
+    out = sys.argv[1]
+    os.makedirs(out, exist_ok=True)
+    # ops.h
+    h = ["/* Generated by tools/gen_offload.py from its table: do not edit.",
+         " * The operation numbers are stable (the backend ABI and traces",
+         " * carry them): new operations take new numbers. */",
+         "#ifndef GPUOFFLOAD_OPS_H", "#define GPUOFFLOAD_OPS_H"]
+    for op in OPS:
+        h.append(f"#define GPO_OP_{op.name.upper()} {op.num}")
+    h.append(f"#define GPO_OP_MAX {max(o.num for o in OPS) + 1}")
+    h.append("#endif\n")
+    w = ["/* Generated by tools/gen_offload.py from its table: do not edit. */",
+         '#include "frontend.h"', ""]
+    names = []
+    for op in OPS:
+        for p in op.precs:
+            for scheme in SCHEMES:
+                names.append(gen_wrapper(op, p, scheme, False, w))
+                if op.cargs is not None:
+                    names.append(gen_wrapper(op, p, scheme, True, w))
+    assert len(names) == len(set(names)), "duplicate wrapper names"
+    o = []
+    gen_ops(o)
+    files = {
+        "ops.h": "\n".join(h),
+        "ops.c": "\n".join(o) + "\n",
+        "wrappers.c": "\n".join(w) + "\n",
+        "exports.list": "# Generated by tools/gen_offload.py: libgpuoffload.so's exports.\n"
+                        + "\n".join(sorted(names)) + "\n",
+        "exports.map": "/* Generated by tools/gen_offload.py. */\n{\n\tglobal:\n"
+                       + "".join(f"\t\t{n};\n" for n in sorted(names))
+                       + "\tlocal:\n\t\t*;\n};\n",
+    }
+    for fn, text in files.items():
+        path = os.path.join(out, fn)
+        old = None
+        if os.path.exists(path):
+            with open(path) as f:
+                old = f.read()
+        if old != text:  # keep timestamps when nothing changed
+            with open(path + ".tmp", "w") as f:
+                f.write(text)
+            os.replace(path + ".tmp", path)
+    print(f"gen_offload: {len(names)} wrappers of {len(OPS)} operations in {out}")
+
+
+if __name__ == "__main__":
+    main()
