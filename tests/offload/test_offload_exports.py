@@ -1,7 +1,10 @@
 """libgpuoffload.so's exports and load gate: exactly the generated names
 (every operation of the table, in its precisions, Fortran and CBLAS, in
 the three naming schemes), glibc 2.17, libc/libdl only."""
+import shutil
 import subprocess
+
+import pytest
 
 import ofront as F
 
@@ -44,6 +47,8 @@ def test_every_name_of_every_scheme_is_exported():
     assert not [n for n in got if n.startswith(("zsyev", "dheev", "dhemm"))]
 
 
+@pytest.mark.skipif(shutil.which("git") is None or not (F.REPO / ".git").exists(),
+                    reason="needs a git checkout (the distro-check roots have no git)")
 def test_generated_files_are_not_committed():
     tracked = subprocess.run(["git", "-C", str(F.REPO), "ls-files", "build"],
                              capture_output=True, text=True).stdout
