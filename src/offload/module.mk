@@ -73,9 +73,21 @@ offload-gate: $(OFL_LIB)
 OFL_BE_SRC := $(wildcard $(OFL_TSRC)/backend/*.c)
 OFL_BE_HDR := $(wildcard $(OFL_TSRC)/backend/*.h) src/offload/backend.h \
               $(OFL_GEN)/ops.h
-$(OFL_TESTBE): $(OFL_BE_SRC) $(OFL_BE_HDR)
+# `gpu-offload calibrate` and `run` load it, so it ships like the library:
+# the same old-glibc bindings (compat.h), libdl.so.2 kept, and the glibc
+# floor checked by the gate (its one export: the ABI entry point). No
+# libm: -fno-math-errno makes sqrt an instruction.
+$(OFL_TESTBE): $(OFL_BE_SRC) $(OFL_BE_HDR) src/offload/compat.h tools/gate.sh \
+                $(OFL_TSRC)/backend/exports.list
+	@mkdir -p $(B)/ungated
 	$(CC) $(WARN) $(CFLAGS) -fPIC -shared -fvisibility=hidden \
-	    -Isrc/offload -I$(OFL_GEN) -o $@ $(OFL_BE_SRC) -lm -ldl
+	    -include src/offload/compat.h -Wl,-soname,libgpuoffload-test.so \
+	    -Isrc/offload -I$(OFL_GEN) -o $(B)/ungated/libgpuoffload-test.so \
+	    -fno-math-errno $(OFL_BE_SRC) -Wl,--no-as-needed -l:libdl.so.2 \
+	    -Wl,--as-needed
+	bash tools/gate.sh $(B)/ungated/libgpuoffload-test.so \
+	    $(OFL_TSRC)/backend/exports.list
+	cp $(B)/ungated/libgpuoffload-test.so $@
 
 # The same, answering another ABI version (the mismatch test).
 $(OFL_T)/libbadabi.so: $(OFL_BE_SRC) $(OFL_BE_HDR)
