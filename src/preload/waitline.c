@@ -147,6 +147,18 @@ static int is_index(const char *s, size_t n)
 	return 1;
 }
 
+const char *gmp_user_cvd(void)
+{
+	const char *cvd = getenv("CUDA_VISIBLE_DEVICES");
+	const char *ph = getenv(GMP_PLACEHOLDER_ENV);
+
+	/* An empty placeholder matches nothing: CUDA_VISIBLE_DEVICES=""
+	 * means "no GPU" and must keep meaning it. */
+	if (cvd && ph && ph[0] && strcmp(cvd, ph) == 0)
+		return NULL;
+	return cvd;
+}
+
 /*
  * Narrow cfg's candidates to the GPUs an inherited CUDA_VISIBLE_DEVICES
  * allows. Forms:
