@@ -39,7 +39,8 @@ int gmp_narrow(struct gm_config *cfg, const char *cvd, char *err,
  * The CUDA_VISIBLE_DEVICES this process was given by its user: NULL when
  * unset, or when it is exactly the launcher's placeholder (a pool's count,
  * not a narrowing: the pool stays the pool). Any other value, the user's
- * own or a grant a child inherited, is returned as set.
+ * own or a grant a child inherited, is returned as set; so is every value
+ * in a set-user-ID (AT_SECURE) process, which reads no GPUMUTEX_* variable.
  */
 const char *gmp_user_cvd(void);
 
