@@ -346,6 +346,11 @@ def environ(visible_devices: Optional[Devices] = None,
     child joins that job, since as a new job it would wait for GPUs its own
     caller holds. The library (library_path(), or ``GPUMUTEX_LIBRARY`` if
     the base sets it) is put first in ``LD_PRELOAD``.
+    ``PYTORCH_NVML_BASED_CUDA_CHECK=1`` is set unless the base sets it, and,
+    unless the base narrows it, ``CUDA_VISIBLE_DEVICES`` to as many GPUs as
+    the job will be given (in a pool a placeholder, also put in
+    ``GPUMUTEX_CUDA_PLACEHOLDER``, that the library replaces with the
+    granted GPUs; docs/preload.md, "Device queries in PyTorch").
 
     Raises TypeError or ValueError, naming the argument (or the variable of
     the base) and its value, when anything is invalid, and ValueError when
