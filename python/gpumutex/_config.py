@@ -37,6 +37,7 @@ QUIET = "GPUMUTEX_QUIET"
 JOB = "GPUMUTEX_JOB"
 LIBRARY = "GPUMUTEX_LIBRARY"
 RECHECK = "GPUMUTEX_RECHECK_MS"
+PLACEHOLDER = "GPUMUTEX_CUDA_PLACEHOLDER"  # the library's (src/preload/gatepriv.h)
 
 T = TypeVar("T")
 Devices = Union[str, Iterable[int]]
@@ -345,6 +346,11 @@ def environ(visible_devices: Optional[Devices] = None,
     child joins that job, since as a new job it would wait for GPUs its own
     caller holds. The library (library_path(), or ``GPUMUTEX_LIBRARY`` if
     the base sets it) is put first in ``LD_PRELOAD``.
+    ``PYTORCH_NVML_BASED_CUDA_CHECK=1`` is set unless the base sets it, and,
+    unless the base narrows it, ``CUDA_VISIBLE_DEVICES`` to as many GPUs as
+    the job will be given (in a pool a placeholder, also put in
+    ``GPUMUTEX_CUDA_PLACEHOLDER``, that the library replaces with the
+    granted GPUs; docs/preload.md, "Device queries in PyTorch").
 
     Raises TypeError or ValueError, naming the argument (or the variable of
     the base) and its value, when anything is invalid, and ValueError when
@@ -424,10 +430,21 @@ def child_environ(visible_devices: Optional[Devices] = None,
     out["LD_PRELOAD"] = with_preload(out.get("LD_PRELOAD"), lib)
     # As gpumutex-run does (src/cli/run.c, device_env): torch's device
     # queries use NVML, and what it counts before CUDA is initialised is
-    # the candidate GPUs (exactly the job's when as many as wanted).
+    # as many GPUs as the job will be given: the candidates when as many
+    # as wanted; in a pool the first `want` of them, marked as the
+    # library's placeholder (no narrowing; replaced at the grant). An
+    # inherited CUDA_VISIBLE_DEVICES equal to an inherited placeholder is
+    # chosen again; a placeholder that does not match is stale.
     out.setdefault("PYTORCH_NVML_BASED_CUDA_CHECK", "1")
-    if "CUDA_VISIBLE_DEVICES" not in out:
-        out["CUDA_VISIBLE_DEVICES"] = ",".join(str(d) for d in sorted(devices))
+    placeholder = out.pop(PLACEHOLDER, None)
+    if ("CUDA_VISIBLE_DEVICES" not in out or
+            (placeholder and out["CUDA_VISIBLE_DEVICES"] == placeholder)):
+        n = 1 if want is None else want
+        ordered = sorted(devices)
+        if n < len(ordered):
+            ordered = ordered[:n]
+            out[PLACEHOLDER] = ",".join(str(d) for d in ordered)
+        out["CUDA_VISIBLE_DEVICES"] = ",".join(str(d) for d in ordered)
         out["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
     return out, (None if out.get(QUIET) == "1" else note)
 

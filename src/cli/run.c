@@ -192,24 +192,36 @@ static int take(const char *name, int argc, char **argv, int *i,
  * What CUDA clients see before they initialise CUDA (docs/preload.md,
  * "Device queries"): PYTORCH_NVML_BASED_CUDA_CHECK=1, so that
  * torch.cuda.is_available() asks NVML instead of calling cuInit; and,
- * unless the caller narrowed it already, CUDA_VISIBLE_DEVICES = the
- * candidate GPUs (ascending), so that torch.cuda.device_count() before
- * initialisation counts those, not every GPU of the machine. With the
- * devices fixed (as many candidates as wanted) that is exactly what the
- * library sets in cuInit; in a pool it is the candidates, of which the
- * process will be given GPUMUTEX_NUM_DEVICES. The library reads the
- * variable as a narrowing that changes nothing. 0 or -1 (errno).
+ * unless the caller narrowed it already, CUDA_VISIBLE_DEVICES with as
+ * many GPUs as the process will be given, so that torch.cuda.device_count()
+ * before initialisation counts those, not every GPU of the machine:
+ *  - devices fixed (as many candidates as wanted): the candidates
+ *    (ascending), exactly what the library sets in cuInit, which reads it
+ *    as a narrowing that changes nothing;
+ *  - a pool: the first GPUMUTEX_NUM_DEVICES candidates (ascending), and
+ *    the same text in GPUMUTEX_CUDA_PLACEHOLDER, by which the library
+ *    knows it for no narrowing: the process queues for the whole pool and
+ *    is given any of its GPUs, which replace the placeholder at the grant.
+ * An inherited CUDA_VISIBLE_DEVICES equal to an inherited placeholder (a
+ * parent of the same kind not granted yet) is no narrowing either and is
+ * chosen again for this job; an inherited placeholder that does not match
+ * is stale and dropped. 0 or -1 (errno).
  */
 static int device_env(const struct gm_config *cfg)
 {
 	char list[GM_MAX_DEVICES * 4];
 	int d[GM_MAX_DEVICES], n = cfg->ndevices;
+	const char *cvd = getenv("CUDA_VISIBLE_DEVICES");
+	const char *ph = getenv("GPUMUTEX_CUDA_PLACEHOLDER");
 
 	if (!getenv("PYTORCH_NVML_BASED_CUDA_CHECK") &&
 	    setenv("PYTORCH_NVML_BASED_CUDA_CHECK", "1", 1) != 0)
 		return -1;
-	if (getenv("CUDA_VISIBLE_DEVICES"))
+	if (cvd && !(ph && ph[0] && strcmp(cvd, ph) == 0)) {
+		if (ph && unsetenv("GPUMUTEX_CUDA_PLACEHOLDER") != 0)
+			return -1;
 		return 0;
+	}
 	memcpy(d, cfg->devices, sizeof d);
 	for (int i = 1; i < n; i++)
 		for (int j = i; j > 0 && d[j - 1] > d[j]; j--) {
@@ -217,7 +229,15 @@ static int device_env(const struct gm_config *cfg)
 			d[j] = d[j - 1];
 			d[j - 1] = t;
 		}
-	gm_format_list(list, sizeof list, d, n);
+	if (cfg->want >= 1 && cfg->want < n) {
+		gm_format_list(list, sizeof list, d, cfg->want);
+		if (setenv("GPUMUTEX_CUDA_PLACEHOLDER", list, 1) != 0)
+			return -1;
+	} else {
+		gm_format_list(list, sizeof list, d, n);
+		if (ph && unsetenv("GPUMUTEX_CUDA_PLACEHOLDER") != 0)
+			return -1;
+	}
 	if (setenv("CUDA_VISIBLE_DEVICES", list, 1) != 0)
 		return -1;
 	return setenv("CUDA_DEVICE_ORDER", "PCI_BUS_ID", 1);

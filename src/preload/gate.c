@@ -230,7 +230,7 @@ static int take(const char *call)
 		return GMP_CUDA_ERROR_NO_DEVICE;
 	}
 	if (rc == -GM_EJOIN) {
-		gmp_join_refused(getenv("CUDA_VISIBLE_DEVICES"), gate_err);
+		gmp_join_refused(gmp_user_cvd(), gate_err);
 		return GMP_CUDA_ERROR_INVALID_VALUE;
 	}
 	if (rc) {
@@ -252,7 +252,7 @@ static int take(const char *call)
 /*
  * Decide, and take the lease now when that cannot wait. Returns 0 and
  * *next (OPEN, DEFER or HELD), or the CUDA error (SHUT). Sets *py when
- * os.environ needs updating.
+ * os.environ needs updating (2: and the placeholder removed from it).
  */
 static int gate_run(int *py, int *next)
 {
@@ -292,7 +292,9 @@ static int gate_run(int *py, int *next)
 		}
 		gate_give_back_ms = (unsigned)v;
 	}
-	cvd = getenv("CUDA_VISIBLE_DEVICES");
+	/* A launcher's placeholder (a pool's count for device queries) is
+	 * no narrowing: the process queues for the whole pool. */
+	cvd = gmp_user_cvd();
 	if (cvd) {
 		rc = gmp_narrow(cfg, cvd, err, sizeof gate_err);
 		if (rc == 1)
@@ -371,6 +373,13 @@ static int gate_run(int *py, int *next)
 	 * every process. */
 	setenv("CUDA_VISIBLE_DEVICES", env_cvd, 1);
 	setenv("CUDA_DEVICE_ORDER", "PCI_BUS_ID", 1);
+	/* The placeholder is spent: CUDA_VISIBLE_DEVICES is this process's
+	 * own now, and a child must read it as a narrowing even where it
+	 * equals the placeholder's text (granted the placeholder's GPUs). */
+	if (getenv(GMP_PLACEHOLDER_ENV)) {
+		unsetenv(GMP_PLACEHOLDER_ENV);
+		*py = 2;
+	}
 	return 0;
 }
 
@@ -408,8 +417,9 @@ int gmp_gate(void)
 {
 	static const char *const keys[] = { "GPUMUTEX_JOB",
 					     "CUDA_VISIBLE_DEVICES",
-					     "CUDA_DEVICE_ORDER" };
-	const char *values[3] = { NULL, NULL, NULL };
+					     "CUDA_DEVICE_ORDER",
+					     GMP_PLACEHOLDER_ENV };
+	const char *values[4] = { NULL, NULL, NULL, NULL };
 	int saved = errno, st, code, py = 0, next = ST_OPEN;
 
 	st = __atomic_load_n(&gate_state, __ATOMIC_ACQUIRE);
@@ -445,7 +455,9 @@ int gmp_gate(void)
 			values[1] = env_cvd;
 			values[2] = "PCI_BUS_ID";
 		}
-		gmp_pyenv_update(keys, values, 3);
+		if (py == 2)
+			values[3] = GMP_PYENV_UNSET;
+		gmp_pyenv_update(keys, values, 4);
 	}
 	errno = saved;
 	return code;

@@ -31,6 +31,19 @@ void gmp_on_wait(void *arg, const struct gm_wait_info *w);
 int gmp_narrow(struct gm_config *cfg, const char *cvd, char *err,
 	       size_t errlen);
 
+/* The variable a launcher (gpumutex-run, gpumutex.run) sets in a pool to
+ * the CUDA_VISIBLE_DEVICES it chose for the counts of device queries. */
+#define GMP_PLACEHOLDER_ENV "GPUMUTEX_CUDA_PLACEHOLDER"
+
+/*
+ * The CUDA_VISIBLE_DEVICES this process was given by its user: NULL when
+ * unset, or when it is exactly the launcher's placeholder (a pool's count,
+ * not a narrowing: the pool stays the pool). Any other value, the user's
+ * own or a grant a child inherited, is returned as set; so is every value
+ * in a set-user-ID (AT_SECURE) process, which reads no GPUMUTEX_* variable.
+ */
+const char *gmp_user_cvd(void);
+
 /* The job's lease is alive but does not fit this process's settings
  * (gm_join_check's reason in `why`): say so, on stderr. */
 void gmp_join_refused(const char *cvd, const char *why);

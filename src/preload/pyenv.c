@@ -46,6 +46,7 @@ struct py_api {
 	PyObject *(*GetAttrString)(PyObject *, const char *);
 	PyObject *(*Unicode_FromString)(const char *);
 	int (*SetItem)(PyObject *, PyObject *, PyObject *);
+	int (*DelItem)(PyObject *, PyObject *);                    /* optional */
 	void (*DecRef)(PyObject *);
 	void (*Err_Clear)(void);
 	void (*Err_Fetch)(PyObject **, PyObject **, PyObject **);   /* optional */
@@ -61,6 +62,9 @@ static int py_ready; /* 1: py is filled (written once, under the gate) */
 static const char *py_keys[PY_MAX_VARS];
 static const char *py_values[PY_MAX_VARS];
 static int py_n;
+
+/* Compared by address, never by text: no value a caller passes is it. */
+const char GMP_PYENV_UNSET[] = "";
 
 static void *sym(const char *name)
 {
@@ -89,6 +93,7 @@ static int py_resolve(void)
 	*(void **)&py.GetAttrString = sym("PyObject_GetAttrString");
 	*(void **)&py.Unicode_FromString = sym("PyUnicode_FromString");
 	*(void **)&py.SetItem = sym("PyObject_SetItem");
+	*(void **)&py.DelItem = sym("PyObject_DelItem");
 	*(void **)&py.DecRef = sym("Py_DecRef");
 	*(void **)&py.Err_Clear = sym("PyErr_Clear");
 	*(void **)&py.Err_Fetch = sym("PyErr_Fetch");
@@ -103,7 +108,8 @@ static int py_resolve(void)
 	return 0;
 }
 
-/* With the GIL held: os.environ[k] = v for every pair. Always returns 0,
+/* With the GIL held: os.environ[k] = v for every pair (del os.environ[k]
+ * for GMP_PYENV_UNSET; a key already absent is no error). Always returns 0,
  * so a pending call never raises in the main thread. */
 static int py_apply(void *arg)
 {
@@ -121,6 +127,18 @@ static int py_apply(void *arg)
 
 		if (!py_values[i])
 			continue;
+		if (py_values[i] == GMP_PYENV_UNSET) {
+			/* _Environ.__delitem__ also calls unsetenv: the C
+			 * environment has no such key already. */
+			k = py.DelItem ? py.Unicode_FromString(py_keys[i])
+				       : NULL;
+			if (k && py.DelItem(environ, k) < 0)
+				py.Err_Clear(); /* KeyError: absent */
+			if (!k && py.DelItem)
+				py.Err_Clear();
+			py.DecRef(k);
+			continue;
+		}
 		k = py.Unicode_FromString(py_keys[i]);
 		v = py.Unicode_FromString(py_values[i]);
 		/* _Environ.__setitem__ also calls putenv: harmless, the C

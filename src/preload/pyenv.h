@@ -6,7 +6,8 @@
 
 /*
  * If this process runs a CPython interpreter, set os.environ[key] = value
- * for each pair (a NULL value is skipped). The strings must stay valid for
+ * for each pair (a NULL value is skipped; the value GMP_PYENV_UNSET, the
+ * pointer itself, deletes the key, as unsetenv does in C). The strings must stay valid for
  * the life of the process: the update may run later, on the main thread.
  * Does nothing when the process is not Python, when the interpreter is not
  * initialised or is finalising. Never takes the GIL by waiting for it:
@@ -15,6 +16,8 @@
  *    main thread the next time it executes Python bytecode.
  * Preserves errno and any Python exception already set.
  */
+extern const char GMP_PYENV_UNSET[];
+
 void gmp_pyenv_update(const char *const keys[], const char *const values[],
 		      int n);
 

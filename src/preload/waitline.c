@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/auxv.h>
 #include <unistd.h>
 
 #include "gatepriv.h"
@@ -145,6 +146,22 @@ static int is_index(const char *s, size_t n)
 		if (s[i] < '0' || s[i] > '9')
 			return 0;
 	return 1;
+}
+
+const char *gmp_user_cvd(void)
+{
+	const char *cvd = getenv("CUDA_VISIBLE_DEVICES");
+	/* A set-user-ID process reads no GPUMUTEX_* variable (the invoking
+	 * user's environment; docs/design.md, "The machine-wide mode"): for
+	 * it every CUDA_VISIBLE_DEVICES is a narrowing. */
+	const char *ph = getauxval(AT_SECURE) ? NULL
+					      : getenv(GMP_PLACEHOLDER_ENV);
+
+	/* An empty placeholder matches nothing: CUDA_VISIBLE_DEVICES=""
+	 * means "no GPU" and must keep meaning it. */
+	if (cvd && ph && ph[0] && strcmp(cvd, ph) == 0)
+		return NULL;
+	return cvd;
 }
 
 /*
