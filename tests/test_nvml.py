@@ -140,3 +140,41 @@ def test_python_status_and_events(built, lockdir, journal):
     import datetime
     assert len(gpumutex.events(since=datetime.timedelta(hours=1),
                                lock_dir=lockdir)) == 3
+
+
+def test_status_marks_a_lease_without_context(built, lockdir, journal,
+                                              tmp_path):
+    """A lease none of whose processes (nor their children) is in NVML's
+    compute-process list of its GPUs is marked "no context", in text and
+    as leases[].context false; listed: true; unknown (null, no mark) when
+    NVML is absent, its list fails, or it lists a process not visible
+    here (perhaps a member in another PID namespace)."""
+    j = holding(lockdir, journal)
+    f = tmp_path / "nvml"
+    mark = "No context (NVML): GPU 0 held by job train (pids %d)" % j.pid
+    try:
+        def check(lines, want):
+            f.write_text("".join(x + "\n" for x in lines))
+            doc = status(lockdir, nvml=True, fake_file=str(f), json_=True)
+            assert doc["leases"][0]["devices"] == [0]
+            assert doc["leases"][0]["context"] is want, lines
+            text = status(lockdir, nvml=True, fake_file=str(f))
+            assert (mark in text) is (want is False), text
+            assert "train" in text
+
+        # The holder itself computes on its GPU: it has a context.
+        check([f"proc 0 {j.pid} {1 << 30}"], True)
+        # Only a stranger (this test, visible here) on its GPU, the holder
+        # on another GPU, or nobody at all: no context on what it holds.
+        check([f"proc 0 {os.getpid()} 5", f"proc 1 {j.pid} 5"], False)
+        check([], False)
+        # The list cannot be read, or names a process invisible here.
+        check(["fail nvmlDeviceGetComputeRunningProcesses_v3 3"], None)
+        check(["proc 0 4194000 5"], None)
+        check(["fail nvmlInit_v2 9"], None)
+        # NVML absent: unknown, not marked.
+        doc = status(lockdir, json_=True)
+        assert doc["leases"][0]["context"] is None
+        assert "No context" not in status(lockdir)
+    finally:
+        j.wait()

@@ -39,6 +39,16 @@ struct gm_nvml {
 void gm_nvml_read(struct gm_nvml *n);
 
 struct gm_state;
+struct gm_state_lease;
+/*
+ * Whether lease l's processes hold a CUDA context, by NVML's lists of the
+ * compute processes of l's GPUs: 1 when a member or a descendant of one
+ * is listed on any of them; 0 when every one of those lists was read, none
+ * lists one, and none lists a process this reader cannot see; -1
+ * (unknown) otherwise: NVML absent or failing, a list unreadable, no
+ * member visible here, or members in another PID namespace. Reads /proc.
+ */
+int gm_nvml_lease_context(const struct gm_nvml *n, const struct gm_state_lease *l);
 /* `gpumutex status` additions: a section after the table, and the
  * "nvml" member of the JSON document (docs/status-json.md). */
 void gm_status_nvml_text(FILE *f, const struct gm_state *st, const struct gm_nvml *n);
