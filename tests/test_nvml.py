@@ -140,3 +140,108 @@ def test_python_status_and_events(built, lockdir, journal):
     import datetime
     assert len(gpumutex.events(since=datetime.timedelta(hours=1),
                                lock_dir=lockdir)) == 3
+
+
+def test_status_marks_a_lease_without_context(built, lockdir, journal,
+                                              tmp_path):
+    """A lease whose GPUs NVML shows without any compute process is
+    marked "no context", in text and as leases[].context false; one of
+    its processes listed: true; unknown (null, no mark) when NVML is
+    absent, its list fails, or it lists a process not found to be the
+    lease's (it may be its reparented child, or a member elsewhere)."""
+    j = holding(lockdir, journal)
+    f = tmp_path / "nvml"
+    mark = "No context (NVML): GPU 0 held by job train (pids %d)" % j.pid
+    try:
+        def check(lines, want):
+            f.write_text("".join(x + "\n" for x in lines))
+            doc = status(lockdir, nvml=True, fake_file=str(f), json_=True)
+            assert doc["leases"][0]["devices"] == [0]
+            assert doc["leases"][0]["context"] is want, lines
+            text = status(lockdir, nvml=True, fake_file=str(f))
+            assert (mark in text) is (want is False), text
+            assert "train" in text
+
+        # The holder itself computes on its GPU: it has a context.
+        check([f"proc 0 {j.pid} {1 << 30}"], True)
+        # ... or on another GPU (one it does not hold: still a context).
+        check([f"proc 1 {j.pid} 5"], True)
+        # Nobody on its GPU (a stranger on another one), or nowhere.
+        check([f"proc 1 {os.getpid()} 5"], False)
+        check([], False)
+        # The list cannot be read, or names a process not found to be the
+        # lease's (this test, or one not visible here): no verdict.
+        check(["fail nvmlDeviceGetComputeRunningProcesses_v3 3"], None)
+        check([f"proc 0 {os.getpid()} 5"], None)
+        check(["proc 0 4194000 5"], None)
+        check(["fail nvmlInit_v2 9"], None)
+        # NVML absent: unknown, not marked.
+        doc = status(lockdir, json_=True)
+        assert doc["leases"][0]["context"] is None
+        assert "No context" not in status(lockdir)
+    finally:
+        j.wait()
+
+
+def of_lockdir(lockdir):
+    """The lease-holders whose GPUMUTEX_LOCK_DIR is lockdir (other tests
+    of the machine have their own)."""
+    found = []
+    for d in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{d}/environ", "rb") as f:
+                env = f.read().split(b"\0")
+            exe = os.readlink(f"/proc/{d}/exe")
+        except (OSError, ValueError):
+            continue
+        if (b"GPUMUTEX_LOCK_DIR=" + lockdir.encode()) in env and \
+                exe == os.path.realpath(HOLDER):
+            found.append(int(d))
+    return found
+
+
+def test_context_of_a_descendant_and_of_an_orphan(built, lockdir, journal,
+                                                  tmp_path):
+    """A member's child listed by NVML is the lease's context. A child
+    that keeps the lease after its member parent exited (reparented, so
+    no longer found to be the lease's) gives no verdict when listed on the
+    lease's GPU, never "no context"."""
+    f = tmp_path / "nvml"
+    fifo = tmp_path / "child"
+    os.mkfifo(fifo)
+    env = jobs.job_env(lockdir, journal, devices="0,1")
+    j = jobs.start(HOLDER, dict(env, GPUMUTEX_JOB="train"),
+                   ["--spawn", "sh", "-c",
+                    f"echo $$ > {fifo}; exec sleep 600"], ready=True)
+    kid = None
+    try:
+        assert j.ready()
+        with open(fifo) as p:  # the child's PID, once it runs
+            kid = int(p.read())
+        f.write_text(f"proc 0 {kid} 5\n")
+        doc = status(lockdir, nvml=True, fake_file=str(f), json_=True)
+        assert doc["leases"][0]["pids"] == [j.pid]
+        assert doc["leases"][0]["context"] is True
+    finally:
+        if kid:
+            os.kill(kid, 9)
+        j.wait()
+
+    r, w = os.pipe()
+    parent = jobs.start(HOLDER, dict(env, GPUMUTEX_JOB="orph"),
+                        ["--orphan", str(r)], ready=True, pass_fds=(r,))
+    os.close(r)
+    try:
+        assert parent.ready()
+        assert parent.wait() == 0
+        orphan = of_lockdir(lockdir)
+        assert len(orphan) == 1 and orphan[0] != parent.pid
+        doc = status(lockdir, nvml=True, fake_file=str(f), json_=True)
+        assert [x["job"] for x in doc["leases"]] == ["orph"]
+        f.write_text(f"proc 0 {orphan[0]} 5\n")
+        doc = status(lockdir, nvml=True, fake_file=str(f), json_=True)
+        assert doc["leases"][0]["context"] is None
+        assert "No context" not in status(lockdir, nvml=True,
+                                          fake_file=str(f))
+    finally:
+        os.close(w)

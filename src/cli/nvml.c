@@ -297,6 +297,40 @@ static int64_t lease_mem(const struct gm_nvml_dev *d, const struct gm_state_leas
 	return sum;
 }
 
+int gm_nvml_lease_context(const struct gm_nvml *n, const struct gm_state_lease *l)
+{
+	int unknown = 0;
+
+	if (!n->available || l->ndevices == 0)
+		return -1;
+	/* A context anywhere is a context: one on a GPU it does not hold
+	 * (outside gpumutex's management) still means the process uses a
+	 * GPU, and the mark is about processes that use none. */
+	for (int i = 0; i < n->ndev; i++)
+		for (int k = 0; n->dev[i].have_procs && k < n->dev[i].nprocs; k++)
+			if (of_lease(n->dev[i].procs[k].pid, l))
+				return 1;
+	for (int i = 0; i < l->ndevices; i++) {
+		const struct gm_nvml_dev *d = dev_of(n, l->devices[i]);
+		if (!d || !d->have_procs) {
+			unknown = 1;
+			continue;
+		}
+		/* A process on a GPU the lease holds, not found to be the
+		 * lease's (above), may be one all the same: a child whose
+		 * member ancestors exited (reparented to init or a
+		 * subreaper), a member in another PID namespace or hidden by
+		 * hidepid; else it escaped the queue. Either way "no
+		 * context" could be wrong: no verdict. */
+		if (d->nprocs > 0)
+			unknown = 1;
+	}
+	/* With no member visible here, nothing could be attributed to it. */
+	if (unknown || l->npids == 0 || l->nhidden)
+		return -1;
+	return 0;
+}
+
 #define GIB 1073741824.0
 
 void gm_status_nvml_text(FILE *f, const struct gm_state *st, const struct gm_nvml *n)

@@ -39,6 +39,18 @@ struct gm_nvml {
 void gm_nvml_read(struct gm_nvml *n);
 
 struct gm_state;
+struct gm_state_lease;
+/*
+ * Whether lease l's processes hold a CUDA context, by NVML's lists of
+ * compute processes: 1 when a member or a descendant of one is listed on
+ * any GPU NVML sees; else, by the lists of l's GPUs: 0 when every one of those lists was read and
+ * is empty (the GPUs are the lease's alone, so any process computing on
+ * them may be the lease's even when not found to be); -1 (unknown)
+ * otherwise: NVML absent or failing, a list unreadable, a listed process
+ * not found to be the lease's, no member visible here, or members in
+ * another PID namespace. Reads /proc (parents).
+ */
+int gm_nvml_lease_context(const struct gm_nvml *n, const struct gm_state_lease *l);
 /* `gpumutex status` additions: a section after the table, and the
  * "nvml" member of the JSON document (docs/status-json.md). */
 void gm_status_nvml_text(FILE *f, const struct gm_state *st, const struct gm_nvml *n);

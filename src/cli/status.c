@@ -57,7 +57,26 @@ static void list_pids(const pid_t *v, int n, char *out, size_t len)
 	gm_format_list(out, len, tmp, n < 32 ? n : 32);
 }
 
-static void print_text(FILE *f, const char *dir, const struct gm_state *st)
+/* One line per lease NVML shows holding its GPUs with no context: the
+ * table's columns stay as they were for those who parse them. */
+static void print_no_context(FILE *f, const struct gm_state *st,
+			     const struct gm_nvml *nv)
+{
+	char devs[GM_MAX_DEVICES * 4], pids[256];
+
+	for (int i = 0; i < st->nleases; i++) {
+		const struct gm_state_lease *l = &st->leases[i];
+		if (gm_nvml_lease_context(nv, l) != 0)
+			continue;
+		gm_format_list(devs, sizeof devs, l->devices, l->ndevices);
+		list_pids(l->pids, l->npids, pids, sizeof pids);
+		fprintf(f, "No context (NVML): GPU%s %s held by job %.18s (pids %s), none of whose processes or their children has a context there\n",
+			l->ndevices == 1 ? "" : "s", devs, l->job, pids);
+	}
+}
+
+static void print_text(FILE *f, const char *dir, const struct gm_state *st,
+		       const struct gm_nvml *nv)
 {
 	char user[64], held[32], pids[256], devs[GM_MAX_DEVICES * 4];
 
@@ -96,6 +115,7 @@ static void print_text(FILE *f, const char *dir, const struct gm_state *st)
 			st->nunmanaged == 1 ? "" : "s", devs,
 			st->nunmanaged == 1 ? "it" : "them");
 	}
+	print_no_context(f, st, nv);
 	fprintf(f, "\n");
 	if (st->nwaiters == 0) {
 		fprintf(f, "Queue: empty\n");
@@ -178,7 +198,7 @@ static void print_json(FILE *f, const char *dir, const struct gm_state *st,
 	fprintf(f, "], \"leases\": [");
 	for (int i = 0; i < st->nleases; i++) {
 		const struct gm_state_lease *l = &st->leases[i];
-		int pids[32] = { 0 };
+		int pids[32] = { 0 }, ctx;
 
 		for (int k = 0; k < l->npids; k++)
 			pids[k] = (int)l->pids[k];
@@ -197,8 +217,10 @@ static void print_json(FILE *f, const char *dir, const struct gm_state *st,
 		json_ints(f, l->devices, l->ndevices);
 		fprintf(f, ", \"candidates\": ");
 		json_ints(f, l->candidates, l->ncandidates);
-		fprintf(f, ", \"start\": %.3f, \"held_s\": %.3f}", secs(l->start_ns),
+		fprintf(f, ", \"start\": %.3f, \"held_s\": %.3f", secs(l->start_ns),
 			secs(st->now_ns - l->start_ns));
+		ctx = gm_nvml_lease_context(nv, l);
+		fprintf(f, ", \"context\": %s}", ctx > 0 ? "true" : ctx == 0 ? "false" : "null");
 	}
 	fprintf(f, "], \"queue\": [");
 	for (int i = 0; i < st->nwaiters; i++) {
@@ -347,7 +369,7 @@ int gm_status_main(int argc, char **argv)
 			if (json)
 				print_json(stdout, dir, &st, 1, nv);
 			else {
-				print_text(stdout, dir, &st);
+				print_text(stdout, dir, &st, nv);
 				gm_status_nvml_text(stdout, &st, nv);
 			}
 			gm_state_free(&st);
