@@ -470,6 +470,11 @@ int gmp_gate_code(void)
 
 int gmp_gate_work(const char *call)
 {
+	return gmp_gate_work_counted(call, NULL);
+}
+
+int gmp_gate_work_counted(const char *call, int *inflight)
+{
 	int saved = errno, st, code = 0;
 
 	st = __atomic_load_n(&gate_state, __ATOMIC_ACQUIRE);
@@ -499,7 +504,15 @@ int gmp_gate_work(const char *call)
 			state_set(ST_SHUT);
 		} else {
 			state_set(ST_HELD);
+			/* Counted in flight before the lock is let go: a
+			 * give-back (which takes the lock, then waits for the
+			 * calls in flight) cannot come between this grant and
+			 * the call it was taken for. */
+			if (inflight)
+				__atomic_add_fetch(inflight, 1,
+						   __ATOMIC_SEQ_CST);
 			gmp_wrap_giveback_arm(gate_give_back_ms);
+			code = inflight ? GMP_GATE_COUNTED : 0;
 		}
 	} else if (__atomic_load_n(&gate_state, __ATOMIC_ACQUIRE) == ST_SHUT) {
 		code = gate_code;

@@ -36,6 +36,12 @@ int gmp_gate(void);
  * instead (sticky, as for cuInit). Preserves errno.
  */
 int gmp_gate_work(const char *call);
+/* The same, for a context call of wrap.c: when this call takes the lease,
+ * *inflight is incremented under the gate's lock and GMP_GATE_COUNTED is
+ * returned (the caller then owns that count); 0 when the lease was held
+ * already or is not needed (nothing counted); else a CUresult. */
+#define GMP_GATE_COUNTED (-1)
+int gmp_gate_work_counted(const char *call, int *inflight);
 
 /* The error a refused driver call returns (the gate's sticky code). */
 int gmp_gate_code(void);

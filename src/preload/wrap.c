@@ -166,7 +166,9 @@ void *gmp_wrap_enter(unsigned i, int kind)
 		if (__atomic_load_n(&gmp_go, __ATOMIC_SEQ_CST))
 			break;
 		__atomic_sub_fetch(&ctx_inflight, 1, __ATOMIC_SEQ_CST);
-		code = gmp_gate_work(gmp_wrap_names[i]);
+		code = gmp_gate_work_counted(gmp_wrap_names[i], &ctx_inflight);
+		if (code == GMP_GATE_COUNTED)
+			break; /* granted for this call, counted in flight */
 		if (code) {
 			__atomic_add_fetch(&ctx_inflight, 1, __ATOMIC_SEQ_CST);
 			errno = saved;
