@@ -82,6 +82,7 @@ $(OFL_TESTBE): $(OFL_BE_SRC) $(OFL_BE_HDR) src/offload/compat.h tools/gate.sh \
 	@mkdir -p $(B)/ungated
 	$(CC) $(WARN) $(CFLAGS) -fPIC -shared -fvisibility=hidden \
 	    -include src/offload/compat.h -Wl,-soname,libgpuoffload-test.so \
+	    -Wl,-z,defs \
 	    -Isrc/offload -I$(OFL_GEN) -o $(B)/ungated/libgpuoffload-test.so \
 	    -fno-math-errno $(OFL_BE_SRC) -Wl,--no-as-needed -l:libdl.so.2 \
 	    -Wl,--as-needed

@@ -171,7 +171,7 @@ static void jacobi_eig(Z *h, int64_t n, double *w, Z *v)
 		for (int64_t p = 0; p < n - 1; p++)
 			for (int64_t q = p + 1; q < n; q++) {
 				Z b = W_(h, n, p, q);
-				double ab = cabs(b);
+				double ab = tb_abs(b);
 				if (ab == 0)
 					continue;
 				double a = creal(W_(h, n, p, p)), d = creal(W_(h, n, q, q));
@@ -293,7 +293,7 @@ static void jacobi_svd(Z *g, int64_t p, int64_t q, double *s, Z *v)
 					be += creal(W_(g, p, r, j) * conj(W_(g, p, r, j)));
 					ga += conj(W_(g, p, r, i)) * W_(g, p, r, j);
 				}
-				double ag = cabs(ga);
+				double ag = tb_abs(ga);
 				if (ag == 0 || ag <= 1e-15 * sqrt(al * be))
 					continue;
 				rotated = 1;

@@ -17,6 +17,20 @@
 
 typedef double complex Z;
 
+/* |z| without libm (the backend needs libc only, as the library does;
+ * sqrt is an instruction under -fno-math-errno), scaled against overflow. */
+static inline double tb_abs(Z z)
+{
+	double re = fabs(creal(z)), im = fabs(cimag(z));
+	double m = re > im ? re : im;
+
+	if (m == 0.0)
+		return 0.0;
+	re /= m;
+	im /= m;
+	return m * sqrt(re * re + im * im);
+}
+
 /* Reference implementation of k; 0, GPO_BE_UNSUPPORTED, or -1 (no memory). */
 int tb_kernel(struct gpo_kernel *k);
 /* The same for the LAPACK operations (lapack.c). */
