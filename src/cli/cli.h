@@ -5,6 +5,7 @@
 #define GPUMUTEX_CLI_H
 
 #include <stddef.h>
+#include <stdio.h>
 #include <stdint.h>
 
 /* `gpumutex status ...` and `gpumutex init ...`: argv[0] is the
@@ -19,6 +20,9 @@ int gm_doctor_main(int argc, char **argv);
 
 /* Format a duration in nanoseconds as 45s, 2m13s, 1h05m or 3d02h. */
 void gm_cli_duration(int64_t ns, char *out, size_t len);
+
+/* `s` as a JSON string (quotes included; NULL as ""), to f (evlog.c). */
+void gm_json_str(FILE *f, const char *s);
 
 /* If argv[*i] is `name VALUE` or `name=VALUE`, return VALUE (advancing *i
  * past a separate value), else NULL. A missing value prints a usage error

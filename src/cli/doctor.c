@@ -60,21 +60,6 @@ static void say(const char *check, enum level level, const char *fmt, ...)
 	problems += level == PROBLEM;
 }
 
-static void json_str(FILE *f, const char *s)
-{
-	fputc('"', f);
-	for (; s && *s; s++) {
-		unsigned char c = (unsigned char)*s;
-		if (c == '"' || c == '\\')
-			fprintf(f, "\\%c", c);
-		else if (c < 0x20)
-			fprintf(f, "\\u%04x", c);
-		else
-			fputc(c, f);
-	}
-	fputc('"', f);
-}
-
 /* ---- The preload -------------------------------------------------------- */
 
 /* The entries of a preload list (blanks and colons separate them, as for
@@ -425,24 +410,24 @@ int gm_doctor_main(int argc, char **argv)
 	rc = pre && conf && dir && drv && cvd ? 0 : 1;
 	if (json) {
 		printf("{\"schema\": 1, \"queued\": %s, \"preload\": ", rc ? "false" : "true");
-		json_str(stdout, mech);
+		gm_json_str(stdout, mech);
 		printf(", \"enforce\": %s, \"config_file\": ", info.enforce ? "true" : "false");
-		json_str(stdout, info.file);
+		gm_json_str(stdout, info.file);
 		printf(", \"config_source\": ");
-		json_str(stdout, !configured ? "" : info.from_file && info.from_env ? "both" :
+		gm_json_str(stdout, !configured ? "" : info.from_file && info.from_env ? "both" :
 			 info.from_file ? "file" : "environment");
 		printf(", \"visible_devices\": [%s], \"num_devices\": %d, \"lock_dir\": ",
 		       list, configured ? cfg.want : 0);
-		json_str(stdout, configured ? cfg.lock_dir : "");
+		gm_json_str(stdout, configured ? cfg.lock_dir : "");
 		printf(", \"findings\": [");
 		for (int i = 0; i < nfound; i++) {
 			printf("%s{\"check\": ", i ? ", " : "");
-			json_str(stdout, found[i].check);
+			gm_json_str(stdout, found[i].check);
 			printf(", \"level\": ");
-			json_str(stdout, found[i].level == OK ? "ok" :
+			gm_json_str(stdout, found[i].level == OK ? "ok" :
 				 found[i].level == NOTE ? "note" : "problem");
 			printf(", \"text\": ");
-			json_str(stdout, found[i].text);
+			gm_json_str(stdout, found[i].text);
 			printf("}");
 		}
 		printf("]}\n");

@@ -103,7 +103,5 @@ void gm_clock(int64_t real_ns, char *out, size_t len, int with_date);
 /* A time argument: "24h", "90m", "30s", "2d" ago, or "@<unix seconds>",
  * or "YYYY-MM-DD[ HH:MM[:SS]]" (local). 0 with *real_ns, or -EINVAL. */
 int gm_parse_since(const char *text, int64_t now, int64_t *real_ns);
-/* JSON string of `s` (quotes included) to f. */
-void gm_json_str(FILE *f, const char *s);
 
 #endif

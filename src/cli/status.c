@@ -141,21 +141,6 @@ static void print_text(FILE *f, const char *dir, const struct gm_state *st,
 	}
 }
 
-static void json_str(FILE *f, const char *s)
-{
-	fputc('"', f);
-	for (; *s; s++) {
-		unsigned char c = (unsigned char)*s;
-		if (c == '"' || c == '\\')
-			fprintf(f, "\\%c", c);
-		else if (c < 0x20)
-			fprintf(f, "\\u%04x", c);
-		else
-			fputc(c, f);
-	}
-	fputc('"', f);
-}
-
 static void json_ints(FILE *f, const int *v, int n)
 {
 	fputc('[', f);
@@ -175,7 +160,7 @@ static void print_json(FILE *f, const char *dir, const struct gm_state *st,
 	char user[64];
 
 	fprintf(f, "{\"schema\": \"gpumutex.status/2\", \"lock_dir\": ");
-	json_str(f, dir);
+	gm_json_str(f, dir);
 	fprintf(f, ", \"exists\": %s, \"time\": %.3f, \"pool\": ",
 		exists ? "true" : "false", secs(st->now_ns));
 	json_ints(f, st->pool, st->npool);
@@ -205,14 +190,14 @@ static void print_json(FILE *f, const char *dir, const struct gm_state *st,
 		user_name(l->uid, user, sizeof user);
 		fprintf(f, "%s{\"lease\": \"%" PRIu64 "\", \"job\": ", i ? ", " : "",
 			l->lease_id);
-		json_str(f, l->job);
+		gm_json_str(f, l->job);
 		fprintf(f, ", \"uid\": %u, \"user\": ", (unsigned)l->uid);
-		json_str(f, user);
+		gm_json_str(f, user);
 		fprintf(f, ", \"pids\": ");
 		json_ints(f, pids, l->npids);
 		fprintf(f, ", \"pids_hidden\": %d", l->nhidden);
 		fprintf(f, ", \"command\": ");
-		json_str(f, l->cmd);
+		gm_json_str(f, l->cmd);
 		fprintf(f, ", \"devices\": ");
 		json_ints(f, l->devices, l->ndevices);
 		fprintf(f, ", \"candidates\": ");
@@ -235,11 +220,11 @@ static void print_json(FILE *f, const char *dir, const struct gm_state *st,
 			fprintf(f, "%d", (int)w->pid);
 		fprintf(f, ", \"pid_visible\": %s, \"uid\": %u, \"user\": ",
 			w->pid_hidden ? "false" : "true", (unsigned)w->uid);
-		json_str(f, user);
+		gm_json_str(f, user);
 		fprintf(f, ", \"job\": ");
-		json_str(f, w->job);
+		gm_json_str(f, w->job);
 		fprintf(f, ", \"command\": ");
-		json_str(f, w->cmd);
+		gm_json_str(f, w->cmd);
 		fprintf(f, ", \"want\": %d, \"devices\": ", w->want);
 		json_ints(f, w->devices, w->ndevices);
 		fprintf(f, ", \"since\": %.3f, \"waited_s\": %.3f}", secs(w->since_ns),
