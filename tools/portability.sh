@@ -40,7 +40,7 @@ if [ "$mode" = build ]; then
         cd /gm-src
         echo "portability: building with $(gcc --version | head -1), $(ldd --version | head -1)"
         make build/libgpumutex.so
-        bash tools/gate.sh build/libgpumutex.so src/preload/exports.list
+        make gate
     '
     exit 0
 fi
