@@ -67,7 +67,6 @@ static int check_value(struct gm_conf *c, int k, const char *v, char *err,
 {
 	int devs[GM_MAX_DEVICES], n, b;
 	double t;
-	uint64_t u;
 
 	switch (k) {
 	case GM_CONF_VISIBLE_DEVICES:
@@ -80,11 +79,7 @@ static int check_value(struct gm_conf *c, int k, const char *v, char *err,
 	case GM_CONF_TIMEOUT:
 		return gm_parse_timeout(key_names[k], v, &t, err, errlen);
 	case GM_CONF_RECHECK_MS:
-		if (gm_parse_uint(v, 10, 86400000, &u))
-			return gm__fail(-EINVAL, err, errlen,
-					"recheck_ms=\"%s\" is not valid; expected milliseconds as a decimal number from 0 (never) to 86400000",
-					v);
-		return 0;
+		return gm_parse_recheck_ms(key_names[k], v, &n, err, errlen);
 	default: /* quiet, enforce */
 		if (parse_bool(v, &b))
 			return gm__fail(-EINVAL, err, errlen,
@@ -489,12 +484,10 @@ static int resolve(struct gm_config *cfg, struct gm_conf_info *info,
 		info->from_file = 1;
 	}
 	if (v) {
-		uint64_t ms;
-		if (gm_parse_uint(v, 10, 86400000, &ms))
-			return gm__fail(-EINVAL, err, errlen,
-					"GPUMUTEX_RECHECK_MS=\"%s\" is not valid; expected milliseconds as a decimal number from 0 (never) to 86400000",
-					v);
-		cfg->recheck_ms = (int)ms;
+		rc = gm_parse_recheck_ms("GPUMUTEX_RECHECK_MS", v,
+					 &cfg->recheck_ms, err, errlen);
+		if (rc)
+			return rc;
 	}
 	return 0;
 }

@@ -154,6 +154,19 @@ int gm_parse_quiet(const char *name, const char *text, int *out, char *err,
 			name, text ? text : "");
 }
 
+int gm_parse_recheck_ms(const char *name, const char *text, int *out,
+			char *err, size_t errlen)
+{
+	uint64_t ms;
+
+	if (!text || gm_parse_uint(text, 10, 86400000, &ms))
+		return gm__fail(-EINVAL, err, errlen,
+				"%s=\"%s\" is not valid; expected milliseconds as a decimal number from 0 (never) to 86400000",
+				name, text ? text : "");
+	*out = (int)ms;
+	return 0;
+}
+
 int gm_check_lock_dir(const char *name, const char *text, char *err,
 		      size_t errlen)
 {
@@ -290,12 +303,10 @@ int gm_config_from_env(struct gm_config *cfg, char *err, size_t errlen)
 
 	v = env("GPUMUTEX_RECHECK_MS");
 	if (v) {
-		uint64_t ms;
-		if (gm_parse_uint(v, 10, 86400000, &ms))
-			return gm__fail(-EINVAL, err, errlen,
-					"GPUMUTEX_RECHECK_MS=\"%s\" is not valid; expected milliseconds as a decimal number from 0 (never) to 86400000",
-					v);
-		cfg->recheck_ms = (int)ms;
+		rc = gm_parse_recheck_ms("GPUMUTEX_RECHECK_MS", v,
+					 &cfg->recheck_ms, err, errlen);
+		if (rc)
+			return rc;
 	}
 	return 0;
 }

@@ -191,6 +191,7 @@ size_t gm_format_list(char *buf, size_t len, const int *v, int n);
  *   "false", "00") is refused, since a typo must not flip the meaning.
  * gm_check_lock_dir: an absolute path short enough for gm_config.lock_dir
  *   (the text only; gm_lockdir_prepare checks the directory itself).
+ * gm_parse_recheck_ms: milliseconds from 0 (never) to 86400000.
  */
 int gm_parse_devices(const char *name, const char *text, int *out, int *n,
 		     char *err, size_t errlen);
@@ -204,6 +205,8 @@ int gm_parse_quiet(const char *name, const char *text, int *out, char *err,
 		   size_t errlen);
 int gm_check_lock_dir(const char *name, const char *text, char *err,
 		      size_t errlen);
+int gm_parse_recheck_ms(const char *name, const char *text, int *out,
+			char *err, size_t errlen);
 
 /* Write a fresh random job id (32 hex digits) into buf[GM_JOB_MAX + 1]. */
 void gm_job_generate(char *buf);
