@@ -20,6 +20,7 @@
 
 #include "cli.h"
 #include "evlog.h"
+#include "internal.h" /* gm__proc_stat_field, shared with the lease core */
 #include "lease.h"
 #include "nvml.h"
 
@@ -240,24 +241,11 @@ void gm_nvml_read(struct gm_nvml *n)
 
 static int parent_of(int pid)
 {
-	char path[64], buf[512], *p;
 	uint64_t pp;
-	int fd;
-	ssize_t len;
 
-	snprintf(path, sizeof path, "/proc/%d/stat", pid);
-	fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return 0;
-	len = read(fd, buf, sizeof buf - 1);
-	close(fd);
-	if (len <= 0)
-		return 0;
-	buf[len] = '\0';
-	p = strrchr(buf, ')');
-	if (!p || strlen(p) < 5)
-		return 0;
-	return gm_scan_uint(p + 4, 10, 4194304, &pp, NULL) == 0 ? (int)pp : 0;
+	/* Field 4 is the parent's PID. */
+	return gm__proc_stat_field(pid, 4, &pp) == 0 && pp <= 4194304 ?
+	       (int)pp : 0;
 }
 
 /* Does process `pid` belong to lease l: a member, or a descendant of one? */

@@ -305,6 +305,11 @@ unsigned long long gm__pidns(void);
  * have the ticket open (when its descriptors can be listed: ours, or as
  * root), or it started after the ticket (otherwise): the ticket's owner is
  * then in another PID namespace. 1 otherwise. */
+/* Field `field` (numbered as in proc(5), 3 or more: after the command
+ * name, which may hold blanks and parentheses) of /proc/<pid>/stat, as an
+ * unsigned decimal number. 0; -1 when the file cannot be read (the process
+ * is gone, or never was); -2 when it has no such field. */
+int gm__proc_stat_field(pid_t pid, int field, uint64_t *out);
 int gm__pid_here(pid_t pid, uid_t uid, int64_t since_ns,
 		 const struct stat *ticket);
 

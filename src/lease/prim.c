@@ -258,16 +258,41 @@ static int holds_file(pid_t pid, const struct stat *file)
 	return hit;
 }
 
+int gm__proc_stat_field(pid_t pid, int field, uint64_t *out)
+{
+	char path[64], buf[1024];
+	const char *p;
+	ssize_t n;
+	int fd, f;
+
+	snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -1;
+	n = read(fd, buf, sizeof buf - 1);
+	close(fd);
+	if (n <= 0)
+		return -1;
+	buf[n] = '\0';
+	p = strrchr(buf, ')');
+	for (f = 2; p && *p && f < field; p++)
+		if (*p == ' ')
+			f++;
+	if (!p || f < field || gm_scan_uint(p, 10, UINT64_MAX, out, NULL))
+		return -2;
+	return 0;
+}
+
 int gm__pid_here(pid_t pid, uid_t uid, int64_t since_ns,
 		 const struct stat *ticket)
 {
-	char path[64], buf[1024];
+	char path[64];
 	struct stat st;
 	const char *p;
 	uint64_t ticks = 0, btime = 0;
 	long hz = sysconf(_SC_CLK_TCK);
 	ssize_t n;
-	int fd, field;
+	int fd, rc;
 
 	snprintf(path, sizeof path, "/proc/%d", (int)pid);
 	if (pid <= 0 || gm__fstatat(AT_FDCWD, path, &st, 0) < 0 ||
@@ -281,20 +306,10 @@ int gm__pid_here(pid_t pid, uid_t uid, int64_t since_ns,
 	}
 	/* Started after the ticket was taken: another process under the
 	 * number the ticket's owner had in its own namespace. */
-	snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
-	fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return 0;
-	n = read(fd, buf, sizeof buf - 1);
-	close(fd);
-	if (n <= 0)
-		return 0;
-	buf[n] = '\0';
-	p = strrchr(buf, ')');
-	for (field = 2; p && *p && field < 22; p++)
-		if (*p == ' ')
-			field++;
-	if (!p || gm_scan_uint(p, 10, UINT64_MAX, &ticks, NULL))
+	rc = gm__proc_stat_field(pid, 22, &ticks); /* starttime */
+	if (rc == -1)
+		return 0; /* gone meanwhile */
+	if (rc)
 		return 1; /* cannot tell: as before */
 	fd = open("/proc/stat", O_RDONLY | O_CLOEXEC);
 	if (fd >= 0) {
