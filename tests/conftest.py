@@ -9,6 +9,23 @@ import pytest
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BUILD = os.path.join(REPO, "build")
+
+
+def wrapped_names():
+    """The driver functions the library exports a wrapper for: every name
+    of src/preload/driver-names.txt but the pure queries and the hand-made
+    hooks of driver-policy.txt."""
+    src = os.path.join(REPO, "src", "preload")
+    with open(os.path.join(src, "driver-names.txt")) as f:
+        names = {l.strip() for l in f if l.strip()}
+    with open(os.path.join(src, "driver-policy.txt")) as f:
+        for line in f:
+            w = line.split("#")[0].split()
+            if len(w) >= 2 and w[1] in ("query", "own"):
+                names.discard(w[0])
+    return names
+
+
 sys.path.insert(0, os.path.join(REPO, "tests", "lib"))
 
 

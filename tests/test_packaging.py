@@ -11,7 +11,7 @@ import sys
 import tarfile
 import zipfile
 
-from conftest import BUILD, REPO
+from conftest import BUILD, REPO, wrapped_names
 
 GATE = os.path.join(REPO, "tools", "gate.sh")
 EXPORTS = os.path.join(REPO, "src", "preload", "exports.list")
@@ -35,14 +35,7 @@ def wrapper_exports():
     """A list file of the generated driver wrappers' names (what
     build/gen/wrap-exports.list holds): every driver name but the pure
     queries and the hand-made hooks (src/preload/driver-policy.txt)."""
-    src = os.path.join(REPO, "src", "preload")
-    with open(os.path.join(src, "driver-names.txt")) as f:
-        names = {l.strip() for l in f if l.strip()}
-    with open(os.path.join(src, "driver-policy.txt")) as f:
-        for line in f:
-            w = line.split("#")[0].split()
-            if len(w) >= 2 and w[1] in ("query", "own"):
-                names.discard(w[0])
+    names = wrapped_names()
     fd, path = tempfile.mkstemp(suffix=".list")
     with os.fdopen(fd, "w") as f:
         f.write("".join(n + "\n" for n in sorted(names)))

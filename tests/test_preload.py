@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import fake_driver_env, readme_build_line
+from conftest import fake_driver_env, readme_build_line, wrapped_names
 
 REPO = Path(__file__).resolve().parent.parent
 B = REPO / "build"
@@ -33,21 +33,6 @@ PY = "/usr/bin/python3"
 TIMEOUT = 60  # seconds; only so that a hang fails instead of blocking CI
 EXPORTS = {"cuInit", "cuGetProcAddress", "cuGetProcAddress_v2", "dlsym",
            "dlvsym", "dlmopen"}
-
-
-def wrapped_names():
-    """The driver functions the library exports a wrapper for: every name
-    of src/preload/driver-names.txt but the pure queries and the hand-made
-    hooks of driver-policy.txt."""
-    src = os.path.join(REPO, "src", "preload")
-    with open(os.path.join(src, "driver-names.txt")) as f:
-        names = {l.strip() for l in f if l.strip()}
-    with open(os.path.join(src, "driver-policy.txt")) as f:
-        for line in f:
-            w = line.split("#")[0].split()
-            if len(w) >= 2 and w[1] in ("query", "own"):
-                names.discard(w[0])
-    return names
 
 
 def make(*targets):
