@@ -13,8 +13,10 @@
  * The backend model is that of a device with its own memory: the frontend
  * allocates device buffers, copies operands in (2-D copies, so that only
  * the rows of each column are moved), runs one kernel on device buffers,
- * and copies results out to host staging buffers; only once all of that
- * succeeded does it write the caller's memory. Every function returns 0 on
+ * and copies results out (pure outputs straight into the caller's memory,
+ * operands that are also inputs into the backend's staging, see
+ * GPO_BE_STAGE); only once all of that succeeded does it commit the staged
+ * results into the caller's memory. Every function returns 0 on
  * success and nonzero on failure (GPO_BE_UNSUPPORTED: this backend does not
  * take these arguments; anything else: it failed). One call at a time: the
  * frontend serialises all calls into the backend. A backend must not print
@@ -27,11 +29,21 @@
 
 #include "ops.h" /* GPO_OP_* (generated from tools/gen_offload.py's table) */
 
-/* Bump when anything below changes incompatibly. */
-#define GPO_BACKEND_ABI 1u
+/* Bump when anything below changes incompatibly. 2: to_host takes flags
+ * (GPO_BE_STAGE), commit and discard. */
+#define GPO_BACKEND_ABI 2u
 #define GPO_BACKEND_ENTRY "gpo_backend_entry"
 
 #define GPO_BE_UNSUPPORTED 2
+
+/* to_host flag: read the device data into the backend's own host staging
+ * and remember the destination, but do not write `host` yet; commit()
+ * writes it. Without the flag to_host writes `host` directly and may leave
+ * it partly written when it fails: the frontend uses that only for
+ * operands that are pure outputs (a CPU rerun overwrites them whole), and
+ * stages every operand that is also an input, so that the caller's memory
+ * stays as it was unless every device step succeeded. */
+#define GPO_BE_STAGE 1u
 
 /*
  * One kernel. The operands (buf[i], in the order of the operation's table
@@ -73,7 +85,14 @@ struct gpo_backend {
 	int (*to_device)(void *dev, uint64_t dpitch, const void *host,
 			 uint64_t spitch, uint64_t width, uint64_t rows);
 	int (*to_host)(void *host, uint64_t dpitch, const void *dev,
-		       uint64_t spitch, uint64_t width, uint64_t rows);
+		       uint64_t spitch, uint64_t width, uint64_t rows,
+		       unsigned flags);
+	/* Write every result staged by to_host(GPO_BE_STAGE) since the last
+	 * commit or discard to its destination, and forget them. Cannot
+	 * fail: staging already holds every byte. */
+	void (*commit)(void);
+	/* Forget the staged results without writing them. */
+	void (*discard)(void);
 	/* Run one kernel to completion (synchronously). */
 	int (*run)(struct gpo_kernel *k);
 };

@@ -101,7 +101,8 @@ static int gpo__load(void)
 	if (!be || be->abi != GPO_BACKEND_ABI ||
 	    be->size < sizeof(struct gpo_backend) || !be->start ||
 	    !be->stop || !be->memory || !be->alloc || !be->release ||
-	    !be->to_device || !be->to_host || !be->run) {
+	    !be->to_device || !be->to_host || !be->run ||
+	    !be->commit || !be->discard) {
 		gpo_msg_once(GPO_MSG_BACKEND, "the GPU backend %s does not "
 			     "implement ABI version %u (it has %u); every call "
 			     "runs on the CPU", path, GPO_BACKEND_ABI,
@@ -289,7 +290,7 @@ static int gpo__device_work(struct gpo_fn *fn, struct gpo_ctx *x, void **dev)
 		}
 		if (be->to_host(x->stage[i], w, dev[i],
 				(uint64_t)x->a.ld[i] * es, w,
-				(uint64_t)x->s.b[i].cols) != 0) {
+				(uint64_t)x->s.b[i].cols, 0) != 0) {
 			gpo__failed(fn, 3);
 			return GPO_R_FAIL_COPY;
 		}

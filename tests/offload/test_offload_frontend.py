@@ -169,7 +169,7 @@ def test_backend_failure_falls_back_with_one_message(tmp_path, ref, fail):
 @pytest.mark.parametrize("backend,says", [
     ("/nonexistent/libgpuoffload-cuda.so", "no GPU backend"),
     (None, "no GPU backend"),            # the default: libgpuoffload-cuda.so next to it
-    (F.T / "libbadabi.so", "does not implement ABI version 1 (it has 99)"),
+    (F.T / "libbadabi.so", "does not implement ABI version 2 (it has 99)"),
     ("libm.so.6", "is not a GPU backend"),
 ])
 def test_missing_or_mismatched_backend_declines(tmp_path, ref, backend, says):

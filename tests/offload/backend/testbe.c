@@ -217,8 +217,10 @@ static int tb_to_device(void *dev, uint64_t dpitch, const void *host,
 }
 
 static int tb_to_host(void *host, uint64_t dpitch, const void *dev,
-		      uint64_t spitch, uint64_t width, uint64_t rows)
+		      uint64_t spitch, uint64_t width, uint64_t rows,
+		      unsigned flags)
 {
+	(void)flags;    /* TODO(staging): the frontend does not stage yet */
 	if (tb_fails(S_TO_HOST))
 		return -1;
 	tb_copy(host, dpitch, dev, spitch, width, rows);
@@ -273,6 +275,14 @@ static int tb_run(struct gpo_kernel *k)
 	return rc;
 }
 
+static void tb_commit(void)
+{
+}
+
+static void tb_discard(void)
+{
+}
+
 static const struct gpo_backend tb_api = {
 	.abi = GPO_TEST_ABI,
 	.size = sizeof(struct gpo_backend),
@@ -285,6 +295,8 @@ static const struct gpo_backend tb_api = {
 	.to_device = tb_to_device,
 	.to_host = tb_to_host,
 	.run = tb_run,
+	.commit = tb_commit,
+	.discard = tb_discard,
 };
 
 __attribute__((visibility("default")))
