@@ -90,6 +90,8 @@ static void *fi(struct fint *v, int64_t n)
 	v->i64 = n;
 	return w64 ? (void *)&v->i64 : (void *)&v->i32;
 }
+/* A struct fint already set, as the argument. */
+#define FI(v) (w64 ? (void *)&(v).i64 : (void *)&(v).i32)
 static int64_t fget(const struct fint *v)
 {
 	return w64 ? v->i64 : v->i32;
@@ -296,7 +298,7 @@ static int64_t call(struct point *pt, int query, double *qwork,
 	case K_GEMM:
 		((gemm_t *)pt->fn)("N", "N", fi(&n, pt->n), fi(&n2, pt->n),
 				   fi(&n3, pt->n), al, pt->a, fi(&ld, pt->n),
-				   pt->b, &ld, be, pt->c, &ld, 1, 1);
+				   pt->b, FI(ld), be, pt->c, FI(ld), 1, 1);
 		return 0;
 	case K_GETRF:
 		((getrf_t *)pt->fn)(fi(&n, pt->n), fi(&n2, pt->n), pt->a,
@@ -304,7 +306,7 @@ static int64_t call(struct point *pt, int query, double *qwork,
 		break;
 	case K_GESV:
 		((gesv_t *)pt->fn)(fi(&n, pt->n), fi(&n2, pt->n), pt->a,
-				   fi(&ld, pt->n), pt->piv, pt->b, &ld,
+				   fi(&ld, pt->n), pt->piv, pt->b, FI(ld),
 				   fi(&info, 0));
 		break;
 	case K_POTRF:
@@ -314,37 +316,37 @@ static int64_t call(struct point *pt, int query, double *qwork,
 	case K_SYEVD:
 		((syevd_t *)pt->fn)("V", "L", fi(&n, pt->n), pt->a,
 				    fi(&ld, pt->n), pt->w_, work,
-				    w64 ? (void *)&lw.i64 : (void *)&lw.i32,
-				    iwork, w64 ? (void *)&liw.i64 : (void *)&liw.i32,
+				    FI(lw),
+				    iwork, FI(liw),
 				    fi(&info, 0), 1, 1);
 		break;
 	case K_HEEVD:
 		((heevd_t *)pt->fn)("V", "L", fi(&n, pt->n), pt->a,
 				    fi(&ld, pt->n), pt->w_, work,
-				    w64 ? (void *)&lw.i64 : (void *)&lw.i32,
-				    rwork, w64 ? (void *)&lrw.i64 : (void *)&lrw.i32,
-				    iwork, w64 ? (void *)&liw.i64 : (void *)&liw.i32,
+				    FI(lw),
+				    rwork, FI(lrw),
+				    iwork, FI(liw),
 				    fi(&info, 0), 1, 1);
 		break;
 	case K_GESDD:
 		if (iscpx(pt->p))
 			((gesdd_c_t *)pt->fn)("A", fi(&n, pt->n), fi(&n2, pt->n),
 					      pt->a, fi(&ld, pt->n), pt->w_,
-					      pt->b, &ld, pt->c, &ld, work,
-					      w64 ? (void *)&lw.i64 : (void *)&lw.i32,
+					      pt->b, FI(ld), pt->c, FI(ld), work,
+					      FI(lw),
 					      pt->rwork, pt->iwork, fi(&info, 0), 1);
 		else
 			((gesdd_r_t *)pt->fn)("A", fi(&n, pt->n), fi(&n2, pt->n),
 					      pt->a, fi(&ld, pt->n), pt->w_,
-					      pt->b, &ld, pt->c, &ld, work,
-					      w64 ? (void *)&lw.i64 : (void *)&lw.i32,
+					      pt->b, FI(ld), pt->c, FI(ld), work,
+					      FI(lw),
 					      pt->iwork, fi(&info, 0), 1);
 		break;
 	case K_GESVD:
 		((gesvd_r_t *)pt->fn)("A", "A", fi(&n, pt->n), fi(&n2, pt->n),
-				      pt->a, fi(&ld, pt->n), pt->w_, pt->b, &ld,
-				      pt->c, &ld, work,
-				      w64 ? (void *)&lw.i64 : (void *)&lw.i32,
+				      pt->a, fi(&ld, pt->n), pt->w_, pt->b, FI(ld),
+				      pt->c, FI(ld), work,
+				      FI(lw),
 				      fi(&info, 0), 1, 1);
 		break;
 	}
