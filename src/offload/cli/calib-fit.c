@@ -95,8 +95,9 @@ int gpo_clog_read(const char *path, struct gpo_clog *l)
 				s++;
 			gpo_scan_double(s, &l->quiet, NULL);
 		} else if (gpo__kw(&s, "budget")) {
-			if (gpo__int(&s, &a) == 0)
-				l->budget_n = (int)a;
+			size_t u = strlen(l->budget);
+			snprintf(l->budget + u, sizeof l->budget - u, "%s%s",
+				 u ? ", " : "", s + 1);
 		} else if (gpo__kw(&s, "missing")) {
 			size_t u = strlen(l->missing);
 			snprintf(l->missing + u, sizeof l->missing - u, "%s%s",

@@ -8,10 +8,11 @@
  * measurement whose LAPACK info was 0.
  *
  * Usage: gpu-offload-calib MAX_SIZE REPS CALL_CAP_S DEADLINE_S
- *   sizes 64, 128, ... MAX_SIZE, size by size over every operation; an
- *   operation stops growing once one of its calls took more than
- *   CALL_CAP_S seconds; no point starts DEADLINE_S seconds after the
- *   start (the log says where the budget ended).
+ *   sizes 64, 128, ... MAX_SIZE, size by size over every operation (in
+ *   the table's order, gemm first); an operation stops growing once one
+ *   of its calls took more than CALL_CAP_S seconds, and once its next
+ *   point, predicted as 8 times its last one (n^3 work), would end after
+ *   DEADLINE_S seconds from the start (the log says which).
  * Environment (set by `gpu-offload calibrate`):
  *   GPO_CALIB_LIBS   the CPU libraries, ':'-separated, dlopen()ed
  *                    RTLD_GLOBAL (default libblas.so.3:liblapack.so.3);
@@ -36,7 +37,8 @@
  *   call T0_NS T1_NS INFO         one call of the point's accepted
  *                                 measurement (CLOCK_REALTIME window)
  *   missing NAME                  the library has no such function
- *   budget N                      the deadline ended the pass before N
+ *   budget NAME N                 the deadline left NAME's size N and
+ *                                 above unmeasured
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -502,6 +504,7 @@ int main(int argc, char **argv)
 	struct gpo_crule rule = { 1.5, 20, 3 };
 	FILE *log = lp && *lp ? fopen(lp, "w") : stdout;
 	int done[NCURVES] = { 0 };
+	double last[NCURVES] = { 0 }; /* the curve's last point, seconds */
 	double start = mono(), quiet;
 	struct bufs bf;
 
@@ -554,10 +557,14 @@ int main(int argc, char **argv)
 				if (done[curve] || !listed(ops, cname) ||
 				    (lim >= 0 && n > lim))
 					continue;
-				if (mono() - start > deadline) {
-					fprintf(log, "budget %ld\n", n);
-					goto out;
+				/* The cheap curves may still fit when the slow
+				 * ones do not: each is cut on its own. */
+				if (mono() - start + 8 * last[curve] > deadline) {
+					fprintf(log, "budget %s %ld\n", cname, n);
+					done[curve] = 1;
+					continue;
 				}
+				last[curve] = mono();
 				any = 1;
 				if (!bf.a && alloc(&bf, (int)n)) {
 					fprintf(stderr, "gpu-offload-calib: out of memory at size %ld\n", n);
@@ -604,6 +611,7 @@ int main(int argc, char **argv)
 				}
 				gpo_calib_point(&rule, quiet, canary, measure, &pt, &res);
 				quiet = res.quiet;
+				last[curve] = mono() - last[curve];
 				free(pt.work);
 				fprintf(log, "point %s %ld attempts %d clean %d unsettled %d\n",
 					cname, n, res.attempts, res.clean, res.unsettled);

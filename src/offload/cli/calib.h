@@ -29,7 +29,8 @@ struct gpo_clog {
 	char library[1024];    /* the CPU libraries, ':'-separated */
 	char scheme[64];       /* e.g. "scipy_ _64_ 1" */
 	double quiet;
-	int budget_n;          /* the deadline stopped before this size (0) */
+	char budget[512];      /* "NAME N ...": curves the deadline cut, from
+	                        * size N on */
 	int npts, nwin;
 	struct gpo_cpoint_log *pts;
 	struct gpo_cwin *win;

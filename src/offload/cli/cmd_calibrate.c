@@ -227,9 +227,9 @@ static int gpo__report(const char *pass, const struct gpo_clog *l,
 	if (noisy)
 		fprintf(stderr, GPO_PROG ": %s pass: %d points kept although the canary was still slow after the last try\n",
 			pass, noisy);
-	if (l->budget_n)
-		fprintf(stderr, GPO_PROG ": %s pass: the time budget ended it before size %d\n",
-			pass, l->budget_n);
+	if (l->budget[0])
+		fprintf(stderr, GPO_PROG ": %s pass: the time budget left these sizes and larger unmeasured: %s\n",
+			pass, l->budget);
 	if (l->missing[0])
 		fprintf(stderr, GPO_PROG ": the CPU library lacks %s\n", l->missing);
 	*rep += repeated;
