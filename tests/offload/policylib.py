@@ -50,7 +50,7 @@ def env(tmp_path, devices="0", **extra):
         e["GPUMUTEX_VISIBLE_DEVICES"] = devices
     e["GPU_OFFLOAD_PROFILE"] = write_profile(tmp_path)
     # NVML (absent here: one line on stderr) only where a test asks for
-    # it (test_nvml.py)
+    # it (test_offload_nvml.py)
     e["GPU_OFFLOAD_NVML"] = "0"
     e.update(extra)
     return e
