@@ -28,6 +28,9 @@
  *                                   measurement of that point is slow
  *   GPO_CALIB_TEST_SINGULAR=NAME:N  that point's matrices are singular
  *                                   (getrf/gesv info > 0)
+ *   GPO_CALIB_TEST_QUIET=1          the canary always reports its quiet
+ *                                   time (no point is repeated unless
+ *                                   the hook above says so)
  *
  * The log, one item a line:
  *   library PATH                  a CPU library loaded
@@ -212,6 +215,7 @@ static int load(FILE *log)
 
 static volatile double sink;
 static int slow_next;      /* test hook: the next canary reports slow */
+static int always_quiet;   /* test hook: a machine that is never busy */
 
 static double canary(void *arg)
 {
@@ -221,7 +225,7 @@ static double canary(void *arg)
 	for (int i = 0; i < 2000000; i++)
 		x = x * 1.0000001 + 1e-9;
 	sink = x;
-	t = mono() - t;
+	t = always_quiet ? 1e-3 : mono() - t;
 	if (slow_next) {
 		slow_next = 0;
 		return t * 1000;
@@ -513,6 +517,8 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	memset(&bf, 0, sizeof bf);
+	always_quiet = getenv("GPO_CALIB_TEST_QUIET") &&
+		       strcmp(getenv("GPO_CALIB_TEST_QUIET"), "1") == 0;
 	if (load(log))
 		return 1;
 	quiet = canary(NULL);
