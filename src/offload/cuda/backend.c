@@ -137,6 +137,10 @@ static int gpc__start(void)
 		gpc__why("the copy engine did not start");
 		goto fail;
 	}
+	if (gpc_pool_start() != 0) {
+		gpc__why("no thread for the memory pool");
+		goto fail;
+	}
 	gpc__pop();
 	gpc__started = 1;
 	snprintf(gpc__name, sizeof gpc__name, "CUDA");

@@ -50,7 +50,8 @@ $(CUDA_BE_UNGATED): $(CUDA_BE_OBJ) $(B)/offload/cuda-exports.map
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -shared -Wl,-soname,libgpuoffload-cuda.so \
 	    -Wl,--version-script=$(B)/offload/cuda-exports.map -Wl,-z,defs \
-	    -o $@ $(CUDA_BE_OBJ) -Wl,--no-as-needed -l:libdl.so.2 -Wl,--as-needed
+	    -o $@ $(CUDA_BE_OBJ) -Wl,--no-as-needed -l:libdl.so.2 -Wl,--as-needed \
+	    -lpthread
 
 $(CUDA_BE_LIB): $(CUDA_BE_UNGATED) tools/gate.sh src/offload/cuda/exports.list
 	bash tools/gate.sh $< src/offload/cuda/exports.list
