@@ -7,9 +7,9 @@
 # `gpu-offload run`. Logs and results go to OUT. PYTHON: a Python with
 # NumPy and SciPy from PyPI (their bundled OpenBLAS: scipy_*_ and
 # scipy_*_64_ names). SECTIONS: which of sweep, dgemm, idle, linalg to
-# run after the build (default: all).
+# run after the build (default: all: sweep dgemm idle torch linalg).
 set -u
-SECTIONS=${SECTIONS:-sweep dgemm idle linalg}
+SECTIONS=${SECTIONS:-sweep dgemm idle torch linalg}
 want() { case " $SECTIONS " in *" $1 "*) return 0 ;; esac; return 1; }
 OUT=${1:?usage: device.sh OUT}
 PY=${PYTHON:-/opt/torch/.venv/bin/python3}
@@ -65,6 +65,10 @@ fi
 if want idle; then
 echo "== the pool's idle release"
 GPU_OFFLOAD_FORCE=gpu timeout 60 build/gpu-offload run --summary -- "$PY" $T/idle.py
+fi
+if want torch; then
+echo "== next to torch"
+GPU_OFFLOAD_FORCE=gpu timeout 90 build/gpu-offload run --summary -- "$PY" $T/torch_share.py
 fi
 if want linalg; then
 # Every call above the default threshold (1e6 flops) forced to the GPU.
