@@ -18,6 +18,7 @@
 #   offload-cuda-abi     $(B)/tests/offload/cuda-abicheck: cuapi.h and
 #                        blasapi.h against the toolkit's headers (built only
 #                        where cuda.h is found: CUDA_INCLUDE)
+#   offload-cuda-fakelibs stand-ins for cuBLAS/cuSOLVER (the search's tests)
 
 CUDA_BE_SAVED_GOAL := $(.DEFAULT_GOAL)
 
@@ -71,3 +72,16 @@ $(B)/tests/offload/cuda-abicheck: tests/offload/cuda/abicheck.c $(CUDA_BE_HDR)
 offload-cuda-abi: $(B)/tests/offload/cuda-abicheck
 
 .DEFAULT_GOAL := $(CUDA_BE_SAVED_GOAL)
+
+# Stand-ins for cuBLAS and cuSOLVER (tests/offload/cuda/fakelibs.c) for the
+# tests of the library search (test_offload_cuda.py).
+# (module.so: an object of no interest to the search, for a site-packages
+# directory.)
+CUDA_FAKELIBS := $(B)/tests/offload/cuda-fake/libcublas.so.13 \
+                 $(B)/tests/offload/cuda-fake/libcusolver.so.12 \
+                 $(B)/tests/offload/cuda-fake/module.so
+$(CUDA_FAKELIBS): tests/offload/cuda/fakelibs.c
+	@mkdir -p $(@D)
+	$(CC) $(WARN) $(CFLAGS) -fPIC -shared -Wl,-soname,$(@F) -o $@ $<
+.PHONY: offload-cuda-fakelibs
+offload-cuda-fakelibs: $(CUDA_FAKELIBS)
