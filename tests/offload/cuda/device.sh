@@ -6,8 +6,11 @@
 # CPU, and verify mode), and numpy's dgemm n=8192 end to end under
 # `gpu-offload run`. Logs and results go to OUT. PYTHON: a Python with
 # NumPy and SciPy from PyPI (their bundled OpenBLAS: scipy_*_ and
-# scipy_*_64_ names).
+# scipy_*_64_ names). SECTIONS: which of sweep, dgemm, idle, linalg to
+# run after the build (default: all: sweep dgemm idle torch linalg).
 set -u
+SECTIONS=${SECTIONS:-sweep dgemm idle torch linalg}
+want() { case " $SECTIONS " in *" $1 "*) return 0 ;; esac; return 1; }
 OUT=${1:?usage: device.sh OUT}
 PY=${PYTHON:-/opt/torch/.venv/bin/python3}
 mkdir -p "$OUT"
@@ -32,7 +35,7 @@ run_env() {   # MODE: cpu, gpu, verify
     esac
     printf '%s\n' "${e[@]}"
 }
-for w in ${WIDTHS:-64 32}; do
+want sweep && for w in ${WIDTHS:-64 32}; do
     echo "== sweep, width $w"
     for m in cpu gpu verify; do
         mapfile -t E < <(run_env $m)
@@ -51,15 +54,28 @@ for w in ${WIDTHS:-64 32}; do
     build/gpu-offload report "$OUT/trace-$w" > "$OUT/report-$w.txt" 2>&1
     head -60 "$OUT/report-$w.txt"
 done
+if want dgemm; then
 echo "== numpy dgemm n=8192 end to end"
 timeout 60 "$PY" $T/dgemm_e2e.py "$OUT/dgemm-cpu.npy" 2
 GPU_OFFLOAD_FORCE=gpu timeout 90 build/gpu-offload run --summary --trace "$OUT/trace-dgemm" -- \
     "$PY" $T/dgemm_e2e.py "$OUT/dgemm-gpu.npy" 4
 "$PY" -c "import numpy as np; a=np.load('$OUT/dgemm-cpu.npy'); b=np.load('$OUT/dgemm-gpu.npy'); print('dgemm_e2e: largest difference relative to the largest value', abs(a-b).max()/abs(a).max())"
 build/gpu-offload report "$OUT/trace-dgemm" 2>&1 | head -20
-echo "== numpy.linalg's tests, every call forced to the GPU"
-GPU_OFFLOAD_FORCE=gpu GPU_OFFLOAD_MIN_FLOPS=0 GPU_OFFLOAD_SUMMARY=1 timeout 120 \
-    build/gpu-offload run -- "$PY" -m pytest -q -p no:cacheprovider --pyargs numpy.linalg \
-    > "$OUT/numpy-linalg.log" 2>&1
-echo "exit $?"; tail -5 "$OUT/numpy-linalg.log"
+fi
+if want idle; then
+echo "== the pool's idle release"
+GPU_OFFLOAD_FORCE=gpu timeout 60 build/gpu-offload run --summary -- "$PY" $T/idle.py
+fi
+if want torch; then
+echo "== next to torch"
+GPU_OFFLOAD_FORCE=gpu timeout 90 build/gpu-offload run --summary -- "$PY" $T/torch_share.py
+fi
+if want linalg; then
+# Every call above the default threshold (1e6 flops) forced to the GPU.
+echo "== numpy.linalg's tests, forced to the GPU"
+GPU_OFFLOAD_FORCE=gpu timeout ${LINALG_S:-150} build/gpu-offload run --summary -- \
+    "$PY" -m pytest -q -p no:cacheprovider --pyargs numpy.linalg > "$OUT/numpy-linalg.log" 2>&1
+echo "exit $?"
+grep -E "passed|failed|error|FAILED|summary" "$OUT/numpy-linalg.log" | tail -15
+fi
 echo "== done"
