@@ -5,7 +5,8 @@
 # gpumutex keeps the GPU busy: a numpy program under gpu-offload stays on
 # the CPU with the reason gpu-busy, and offloads once the GPU is idle),
 # then `gpu-offload calibrate` with the CUDA backend and numpy's OpenBLAS,
-# timed. Results in OUTDIR (log.txt, profile-h200.txt). Nothing here is
+# timed (OPS=dgemm,... limits its curves). Results in OUTDIR (log.txt,
+# profile-h200.txt). Nothing here is
 # a pass/fail test: the log is read and the figures go to the docs.
 set -u
 OUT=${1:?usage: h200_calib.sh OUTDIR [BUDGET_S]}
@@ -82,7 +83,7 @@ stamp "nvml idle"
 "$T/probe"
 under
 stamp "nvml busy: torch outside gpumutex"
-"$PY" "$T/busy.py" "$T/ready" 25 &
+"$PY" "$T/busy.py" "$T/ready" 12 &
 BUSYPID=$!
 for _ in $(seq 1 300); do [ -e "$T/ready" ] && break; sleep 0.1; done
 sleep 1.5  # NVML's sample period sees the load
@@ -99,8 +100,9 @@ under
 
 stamp "calibrate (budget $BUDGET s)"
 s0=$(date +%s.%N)
+# shellcheck disable=SC2086 # OPS: one word or none
 build/gpu-offload calibrate --backend "$BE" --cpu-library numpy \
-    --budget "$BUDGET" --output "$OUT/profile-h200.txt"
+    --budget "$BUDGET" ${OPS:+--ops "$OPS"} --output "$OUT/profile-h200.txt"
 rc=$?; echo "calibrate: rc=$rc wall $(awk -v a="$s0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }') s"
 GPU_OFFLOAD_PROFILE="$OUT/profile-h200.txt" build/gpu-offload profile | head -8
 stamp "finished"
