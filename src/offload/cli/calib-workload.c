@@ -237,7 +237,7 @@ static double canary(void *arg)
 
 struct point {
 	const struct wop *w;
-	char p, name[16];
+	char p, name[40];
 	int n, reps, singular, slow_hook;
 	double cap;
 	fn_t *fn;
