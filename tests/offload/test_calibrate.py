@@ -239,3 +239,13 @@ def test_bad_options(tmp_path):
                       (["--frobnicate"], "usage:")):
         r, _ = calibrate(tmp_path, args)
         assert r.returncode == 2 and msg in r.stderr, (args, r.stderr)
+
+
+def test_the_h200_example_profile_parses():
+    e = clean_env(None, GPU_OFFLOAD_PROFILE=os.path.join(REPO, "docs",
+                                                         "profile-h200.txt"))
+    p = subprocess.run([GPU_OFFLOAD, "profile"], env=e, capture_output=True,
+                       text=True, timeout=GUARD)
+    assert p.returncode == 0, p.stderr
+    c = curves(p.stdout)
+    assert ("cpu", "dgemm") in c and ("gpu", "dsyevd") in c, p.stdout
