@@ -137,12 +137,14 @@ def _has_driver():
         return False
 
 
+@F.needs_lapack      # opcheck and NumPy: the host-only test packages
 @pytest.mark.skipif(_has_driver(), reason="this host has a CUDA driver")
 def test_without_a_driver_it_declines(tmp_path, ref):
     p, out = _run(tmp_path, _env(tmp_path, fake_driver=False), "dgemm")
     _declined(p, out, ref, "no CUDA driver (libcuda.so.1 not found)")
 
 
+@F.needs_lapack      # opcheck and NumPy: the host-only test packages
 def test_with_a_driver_but_no_cublas_it_declines_naming_cublas(tmp_path, ref):
     """The fake driver stands in for a driver; cuBLAS is missing (hidden
     where the host has it)."""
@@ -153,6 +155,7 @@ def test_with_a_driver_but_no_cublas_it_declines_naming_cublas(tmp_path, ref):
     _declined(p, out, ref, "no cuBLAS (libcublas.so.13 or .12 not found")
 
 
+@F.needs_lapack      # opcheck and NumPy: the host-only test packages
 @pytest.mark.skipif(not (_host_has("cublas") and _host_has("cusolver")),
                     reason="needs cuBLAS and cuSOLVER installed")
 def test_the_fake_driver_declines_naming_what_it_lacks(tmp_path, ref):
@@ -175,6 +178,7 @@ def _need_hidden_or_absent():
     return hide
 
 
+@F.needs_lapack      # opcheck and NumPy: the host-only test packages
 def test_libraries_are_found_in_gpu_offload_cuda_path(tmp_path, ref):
     """Stand-ins for cuBLAS and cuSOLVER in the second directory of
     GPU_OFFLOAD_CUDA_PATH are found: start() gets past the libraries and
@@ -186,6 +190,7 @@ def test_libraries_are_found_in_gpu_offload_cuda_path(tmp_path, ref):
     _declined(p, out, ref, "cuStreamCreate failed")
 
 
+@F.needs_lapack      # opcheck and NumPy: the host-only test packages
 def test_libraries_are_found_in_pips_layout(tmp_path):
     """cuBLAS in site-packages/nvidia/cu13/lib and cuSOLVER in
     site-packages/nvidia/cusolver/lib, next to a module the program loaded
