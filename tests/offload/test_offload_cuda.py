@@ -26,7 +26,7 @@ CUDA_INCLUDE = pathlib.Path(os.environ.get("CUDA_INCLUDE", "/usr/local/cuda/incl
 def _build():
     F.build()
     subprocess.run(["make", "-C", str(F.REPO), "-s", "offload-cuda", "fakecuda",
-                    "offload-cuda-fakelibs"],
+                    "offload-cuda-fakelibs", "offload-cuda-poolunit"],
                    check=True, stdout=subprocess.DEVNULL)
 
 
@@ -114,6 +114,16 @@ def test_cuda_backend_builds_from_the_tree_and_passes_the_gate():
     needed = sorted(ln.split("[")[1].rstrip("]") for ln in dyn.splitlines()
                     if "(NEEDED)" in ln)
     assert needed == ["libc.so.6", "libdl.so.2"]
+
+
+def test_the_device_memory_pool():
+    """Reuse, the bound on cached memory, the retry after a failed
+    allocation, everything freed at stop (poolunit.c: pool.c against a
+    stand-in driver table)."""
+    p = subprocess.run([str(F.T.parent / "offload" / "cuda-poolunit")],
+                       capture_output=True, text=True)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert p.stdout.splitlines()[-1] == "poolunit: ok"
 
 
 @pytest.mark.skipif(not (CUDA_INCLUDE / "cuda.h").exists(),
