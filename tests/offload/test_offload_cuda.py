@@ -150,7 +150,14 @@ def _has_driver():
 @F.needs_lapack      # opcheck and NumPy: the host-only test packages
 @pytest.mark.skipif(_has_driver(), reason="this host has a CUDA driver")
 def test_without_a_driver_it_declines(tmp_path, ref):
-    p, out = _run(tmp_path, _env(tmp_path, fake_driver=False), "dgemm")
+    """Through `gpu-offload run`, which finds libgpuoffload.so and so the
+    CUDA backend next to itself."""
+    e = _env(tmp_path, fake_driver=False)
+    for k in ("LD_PRELOAD", "GPU_OFFLOAD_BACKEND"):
+        e.pop(k)
+    out = tmp_path / "out"
+    p, out = _run(tmp_path, e, None, cmd=[str(F.BUILD / "gpu-offload"), "run", "--",
+                                          OPCHECK, str(out), "dgemm"])
     _declined(p, out, ref, "no CUDA driver (libcuda.so.1 not found)")
 
 
