@@ -5,6 +5,8 @@ one run, side by side with numpy's own BLAS at the same thread count.
     python3 bench/offload/run.py [--out DIR] [--budget S] [--quick]
                                  [--profile P] [--backend P] [--python PY]
                                  [--sections a,b,...] [--reps R]
+                                 [--suites numpy.linalg,scipy.linalg]
+                                 [--fresh-max N] [--max-call-s S]
 
 Sections (in this order; each gets a share of the time budget plus what
 the earlier ones left, and says what it skipped for want of time):
@@ -84,6 +86,8 @@ def main():
     ap.add_argument("--python")
     ap.add_argument("--sections", default=",".join(ALL))
     ap.add_argument("--reps", type=int)
+    ap.add_argument("--suites", default="numpy.linalg,scipy.linalg",
+                    help="the test suites of the suites section (pytest --pyargs)")
     ap.add_argument("--fresh-max", type=int)
     ap.add_argument("--max-call-s", type=float, default=30.0,
                     help="skip a sweep point whose CPU call is predicted longer")
@@ -98,6 +102,7 @@ def main():
     c.reps = a.reps or (1 if quick else 3)
     c.fresh_max = a.fresh_max or (16 if quick else 2048)
     c.max_call_s = a.max_call_s
+    c.suite_mods = [m for m in a.suites.split(",") if m]
     c.py = find_python(a.python)
     c.cli = os.path.join(BUILD, "gpu-offload")
     c.lib = os.path.join(BUILD, "libgpuoffload.so")

@@ -120,7 +120,8 @@ def _importable(c, mod):
 
 
 def sec_suites(c):
-    mods = [m for m in ("numpy.linalg", "scipy.linalg") if _importable(c, m.split(".")[0])]
+    mods = [m for m in c.suite_mods if _importable(c, m.split(".")[0])]
+    absent = [m for m in c.suite_mods if m not in mods]
     xdist = _importable(c, "xdist")
     modes = ["plain", "forced", "default"]
     runs = [(m, mode) for m in mods for mode in modes]
@@ -155,12 +156,14 @@ def sec_suites(c):
                                                                "GPU_OFFLOAD_MIN_FLOPS"]),
                     "tail": so.strip().splitlines()[-3:] + H.other_lines(se)[-3:]})
     c.res["suites"] = out
+    c.res["suites_absent"] = absent
     c.note("## NumPy's and SciPy's own tests\n\nAll runs at once, each `-n %d` (xdist %s) with one BLAS "
            "thread; plain = no offloader; forced = `GPU_OFFLOAD_FORCE=gpu GPU_OFFLOAD_MIN_FLOPS=0` "
            "(every GPU-capable call to the GPU); default = the default level with the profile. GPU calls: "
            "counted by `gpu-offload report` over the run's traces. Time limit %.0f s per run.%s\n\n" % (
                k if xdist and k > 1 else 1, "installed" if xdist else "absent", limit,
                " Quick mode: only `-k TestSolve`." if c.quick else "") +
+           ("Not installed, so not run: %s.\n\n" % ", ".join(absent) if absent else "") +
            "\n".join("- %s %s: `%s`" % (o["module"], o["mode"], o["cmd"]) for o in out) + "\n\n" +
            H.table(["suite", "mode", "exit", "passed", "failed", "errors", "skipped", "xfailed",
                     "GPU calls", "time", "failures"], rows))
