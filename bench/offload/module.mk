@@ -8,7 +8,7 @@
 # libgpumutex.so, gpumutex, lease-holder) and builds nothing itself.
 #
 #   BENCH_OUT=DIR       report.md and results.json (default build/bench-offload)
-#   BENCH_BUDGET=S      seconds for the harness (default 420: with `make all`
+#   BENCH_BUDGET=S      seconds for the harness (default 400: with `make all`
 #                       it fits in 8 minutes on the H200)
 #   BENCH_ARGS=...      more options of run.py (--quick, --profile P,
 #                       --sections a,b, --reps R, --python PY, ...)
@@ -16,7 +16,7 @@
 # backend, tiny sizes): the report then holds no figures.
 
 BENCH_OUT    ?= $(B)/bench-offload
-BENCH_BUDGET ?= 420
+BENCH_BUDGET ?= 400
 BENCH_ARGS   ?=
 
 .PHONY: bench-offload

@@ -58,6 +58,8 @@ SHARE = {"machine": 0.10, "small": 0.01, "short": 0.02, "headline": 0.24,
 
 
 def has_gpu():
+    if os.path.exists("/dev/nvidia0") and not shutil.which("nvidia-smi"):
+        return True
     try:
         r = subprocess.run(["nvidia-smi", "-L"], capture_output=True,
                            text=True, timeout=30)
@@ -81,6 +83,8 @@ def main():
     ap.add_argument("--out", default=os.environ.get("OUT") or os.path.join(BUILD, "bench-offload"))
     ap.add_argument("--budget", type=float)
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--smoke", action="store_true",
+                    help="the real backend at small sizes (does it run here?)")
     ap.add_argument("--profile")
     ap.add_argument("--backend")
     ap.add_argument("--python")
@@ -97,10 +101,11 @@ def main():
     os.makedirs(a.out, exist_ok=True)
     c = S.Ctx()
     c.repo, c.build, c.out, c.quick, c.gpu = REPO, BUILD, os.path.abspath(a.out), quick, gpu
+    c.smoke = a.smoke and not quick
     c.tmp = tempfile.mkdtemp(prefix="bench-offload-")
     c.budget = H.Budget(a.budget or (60 if quick else 420))
     c.reps = a.reps or (1 if quick else 3)
-    c.fresh_max = a.fresh_max or (16 if quick else 2048)
+    c.fresh_max = a.fresh_max or (16 if quick else 64 if c.smoke else 2048)
     c.max_call_s = a.max_call_s
     c.suite_mods = [m for m in a.suites.split(",") if m]
     c.py = find_python(a.python)
@@ -112,7 +117,7 @@ def main():
         cuda_be if not quick and os.path.exists(cuda_be) else test_be)
     c.profile = a.profile or os.environ.get("GPU_OFFLOAD_PROFILE")
     c.threads = str(len(os.sched_getaffinity(0)))
-    c.res = {"mode": "quick" if quick else "full", "gpu": gpu,
+    c.res = {"mode": "quick" if quick else "smoke" if c.smoke else "full", "gpu": gpu,
              "backend": c.backend, "threads": int(c.threads),
              "budget_s": c.budget.total, "reps": c.reps,
              "started": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())}

@@ -73,6 +73,11 @@ class Ctx:
             k += ["LD_PRELOAD", "NVBLAS_CONFIG_FILE"]
         return k + sorted(extra or {})
 
+    def n(self, full, quick):
+        """A problem size: the full one, the quick one, or at most 2048
+        in a smoke run."""
+        return quick if self.quick else min(full, 2048) if self.smoke else full
+
     def note(self, text):
         self.md.append("\n" + text + "\n")
 
@@ -145,7 +150,8 @@ def sec_machine(c):
     c.res["machine"] = m
     c.md.append("# gpu-offload on %s (%s mode)\n" % (
         m["gpu"].split(",")[0] if c.gpu else "a machine without a GPU",
-        "quick: test backend, tiny sizes, no figures" if c.quick else "full"))
+        "quick: test backend, tiny sizes, no figures" if c.quick else
+        "smoke: small sizes, no figures" if c.smoke else "full"))
     rows = [("started", c.res["started"]), ("commit", m["commit"]),
             ("CPU", "%s, %s cores, %s BLAS threads for every contender" %
              (m.get("cpu", "?"), m["cores"], c.threads)),
@@ -266,7 +272,7 @@ def warm(c, mode, op, n, reps, warmup=1, timeout=None):
 def sec_headline(c):
     rows, out = [], []
     for op, nf, nq, need in HEADLINE:
-        n = nq if c.quick else nf
+        n = c.n(nf, nq)
         if c.budget.left() <= 0:
             rows.append((op, n) + ("skipped: out of time",) * 7)
             continue
@@ -298,7 +304,7 @@ def sec_nvblas(c):
     if not c.nvblas["lib"]:
         c.note("## NVBLAS\n\nskipped: no NVBLAS and no stand-in")
         return
-    n = 96 if c.quick else 8192
+    n = c.n(8192, 96)
     r = {m: warm(c, m, "dgemm32", n, c.reps) for m in ("nvblas", "cpu")}
     nv = warm(c, "nvblas", "dgemm", n, c.reps)
     c.res["nvblas"] = {"direct": r, "numpy": nv, "lib": c.nvblas}
@@ -316,7 +322,7 @@ def sec_nvblas(c):
 
 
 def sec_verify(c):
-    ops = ",".join("%s:%d" % (op, nq if c.quick else nf) for op, nf, nq, _ in HEADLINE)
+    ops = ",".join("%s:%d" % (op, c.n(nf, nq)) for op, nf, nq, _ in HEADLINE)
     r = c.work("verify", ops, ["--warmup", "0", "--reps", "1"], max(30, c.budget.left()))
     mism = [ln for ln in r["other"] if "verify:" in ln]
     # Verify mode's double runs are counted under the reason `verify`.

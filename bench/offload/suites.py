@@ -51,7 +51,7 @@ def sec_mutex(c):
           "GM_JOURNAL": os.path.join(c.tmp, "gm.journal")}
     env = c.env("cpu", gm)
     j = Jobs(c, env)
-    n = 128 if c.quick else 4096
+    n = c.n(4096, 128)
     res, rows = {}, []
 
     # 1. A holder: the offloader stays on the CPU and finishes.

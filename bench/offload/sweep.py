@@ -66,7 +66,7 @@ def warm_point(c, op, n, pred):
 
 
 def sec_sweep(c):
-    sizes = QUICK if c.quick else FULL
+    sizes = QUICK if c.quick else [64, 2048] if c.smoke else FULL
     secs = 0.02 if c.quick else 0.15
     freps = 1 if c.quick else min(c.reps, 2)
     last = {}                      # op -> (n, CPU seconds per call)
