@@ -86,6 +86,8 @@ def main():
     ap.add_argument("--smoke", action="store_true",
                     help="the real backend at small sizes (does it run here?)")
     ap.add_argument("--profile")
+    ap.add_argument("--no-calibrate", action="store_true",
+                    help="without --profile: no profile rather than calibrating")
     ap.add_argument("--backend")
     ap.add_argument("--python")
     ap.add_argument("--sections", default=",".join(ALL))
@@ -102,6 +104,7 @@ def main():
     c = S.Ctx()
     c.repo, c.build, c.out, c.quick, c.gpu = REPO, BUILD, os.path.abspath(a.out), quick, gpu
     c.smoke = a.smoke and not quick
+    c.no_calibrate = a.no_calibrate
     c.tmp = tempfile.mkdtemp(prefix="bench-offload-")
     c.budget = H.Budget(a.budget or (60 if quick else 420))
     c.reps = a.reps or (1 if quick else 3)

@@ -74,9 +74,9 @@ class Ctx:
         return k + sorted(extra or {})
 
     def n(self, full, quick):
-        """A problem size: the full one, the quick one, or at most 2048
+        """A problem size: the full one, the quick one, or at most 1024
         in a smoke run."""
-        return quick if self.quick else min(full, 2048) if self.smoke else full
+        return quick if self.quick else min(full, 1024) if self.smoke else full
 
     def note(self, text):
         self.md.append("\n" + text + "\n")
@@ -131,7 +131,7 @@ def sec_machine(c):
                         "print(' '.join('%s %s' % kv for kv in v.items()))"])
     m["commit"] = sh(["git", "-C", c.repo, "rev-parse", "--short", "HEAD"])
     m["backend"] = c.short(c.backend)
-    if not c.profile:
+    if not c.profile and not c.no_calibrate:
         c.profile = os.path.join(c.out, "profile")
         argv = [c.cli, "calibrate", "--output", c.profile, "--backend", c.backend]
         if c.quick:
