@@ -52,9 +52,9 @@ BUILD = os.path.join(REPO, "build")
 ALL = ["machine", "small", "short", "headline", "nvblas", "verify", "mutex",
        "sweep", "suites"]
 # Shares of the budget (the rest rolls over to later sections).
-SHARE = {"machine": 0.10, "small": 0.01, "short": 0.02, "headline": 0.24,
-         "nvblas": 0.04, "verify": 0.08, "mutex": 0.06, "sweep": 0.25,
-         "suites": 0.20}
+SHARE = {"machine": 0.10, "small": 0.01, "short": 0.02, "headline": 0.22,
+         "nvblas": 0.03, "verify": 0.06, "mutex": 0.06, "sweep": 0.25,
+         "suites": 0.25}
 
 
 def has_gpu():
@@ -86,6 +86,8 @@ def main():
     ap.add_argument("--smoke", action="store_true",
                     help="the real backend at small sizes (does it run here?)")
     ap.add_argument("--profile")
+    ap.add_argument("--calibrate-s", type=float,
+                    help="time limit of the calibration (default: the machine section's share)")
     ap.add_argument("--no-calibrate", action="store_true",
                     help="without --profile: no profile rather than calibrating")
     ap.add_argument("--backend")
@@ -105,6 +107,7 @@ def main():
     c.repo, c.build, c.out, c.quick, c.gpu = REPO, BUILD, os.path.abspath(a.out), quick, gpu
     c.smoke = a.smoke and not quick
     c.no_calibrate = a.no_calibrate
+    c.calibrate_s = a.calibrate_s
     c.tmp = tempfile.mkdtemp(prefix="bench-offload-")
     c.budget = H.Budget(a.budget or (60 if quick else 420))
     c.reps = a.reps or (1 if quick else 3)
@@ -119,6 +122,11 @@ def main():
     c.backend = os.path.abspath(a.backend) if a.backend else (
         cuda_be if not quick and os.path.exists(cuda_be) else test_be)
     c.profile = a.profile or os.environ.get("GPU_OFFLOAD_PROFILE")
+    if not c.profile and not quick:
+        # The profile an earlier `gpu-offload calibrate` wrote here.
+        home = os.environ.get("XDG_CONFIG_HOME") or os.path.expanduser("~/.config")
+        p = os.path.join(home, "gpu-offload", "profile")
+        c.profile = p if os.path.exists(p) else None
     c.threads = str(len(os.sched_getaffinity(0)))
     c.res = {"mode": "quick" if quick else "smoke" if c.smoke else "full", "gpu": gpu,
              "backend": c.backend, "threads": int(c.threads),

@@ -129,7 +129,12 @@ def sec_machine(c):
                         "except Exception:\n"
                         "    pass\n"
                         "print(' '.join('%s %s' % kv for kv in v.items()))"])
-    m["commit"] = sh(["git", "-C", c.repo, "rev-parse", "--short", "HEAD"])
+    # A copy without .git (the device's) would answer for a repository
+    # above it: only this tree's own commit, else BENCH_COMMIT.
+    top = sh(["git", "-C", c.repo, "rev-parse", "--show-toplevel"])
+    m["commit"] = (sh(["git", "-C", c.repo, "rev-parse", "--short", "HEAD"])
+                   if top and os.path.realpath(top) == os.path.realpath(c.repo)
+                   else os.environ.get("BENCH_COMMIT", "unknown (a copy without .git; BENCH_COMMIT names it)"))
     m["backend"] = c.short(c.backend)
     if not c.profile and not c.no_calibrate:
         c.profile = os.path.join(c.out, "profile")
@@ -137,7 +142,7 @@ def sec_machine(c):
         if c.quick:
             argv += ["--max-size", "64", "--reps", "2"]
         argv += os.environ.get("BENCH_CALIBRATE_ARGS", "").split()
-        rc, out, err, wall = H.run(argv, c.env("cpu"), max(10, c.budget.left()))
+        rc, out, err, wall = H.run(argv, c.env("cpu"), c.calibrate_s or max(10, c.budget.left()))
         m["calibrate"] = {"cmd": H.cmdline(argv), "rc": rc, "s": round(wall, 1),
                           "said": (out + err).strip().splitlines()[-5:]}
         if rc != 0 or not os.path.exists(c.profile):
