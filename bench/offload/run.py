@@ -35,7 +35,6 @@ build/bench-offload). --quick: the CPU test backend and tiny sizes (what
 quick mode is chosen. Exit status 0 when the report was written.
 """
 import argparse
-import json
 import os
 import shutil
 import subprocess

@@ -239,7 +239,7 @@ def sec_small(c):
 def sec_short(c):
     ops = "dgemm:64,solve:64,eigh:64,cholesky:64"
     tdir = os.path.join(c.tmp, "short-trace")
-    r = c.work("default", ops.replace(",", ",") , ["--warmup", "0", "--reps", "3"], 120, trace=tdir)
+    r = c.work("default", ops, ["--warmup", "0", "--reps", "3"], 120, trace=tdir)
     rep = H.trace_report(c.cli, tdir, c.env("cpu"))
     plain = c.work("cpu", ops, ["--warmup", "0", "--reps", "3"], 120)
     # Positive control: forced, the same program starts the GPU, and the

@@ -3,6 +3,7 @@
 offloader (item 6)."""
 import os
 import subprocess
+import time
 
 import harness as H
 
@@ -159,9 +160,10 @@ def sec_suites(c):
         env = c.env("forced" if mode == "forced" else "cpu", extra)
         procs.append((m, mode, tdir, argv, env, H.Proc(argv, env, stdin=False, cwd=c.tmp)))
     limit = max(30, c.budget.left())
+    deadline = time.monotonic() + limit
     out, rows = [], []
     for m, mode, tdir, argv, env, p in procs:
-        rc, so, se, wall = p.wait(limit - (p.t0 - procs[0][5].t0))
+        rc, so, se, wall = p.wait(deadline - time.monotonic())
         cnt = H.pytest_counts(so, rc is None)
         tr = H.trace_report(c.cli, tdir, c.env("cpu")) if mode != "plain" else {}
         rows.append((m, mode, "timed out" if rc is None else rc, cnt.get("passed", 0),
