@@ -10,7 +10,8 @@ process, numpy's import excluded). Large sizes run warm: one process per
 size and contender, a warm-up call, then timed calls. A point whose CPU
 time, predicted from the previous size of the same operation (n^3), does
 not fit what is left of the budget or exceeds --max-call-s is skipped and
-the report says so."""
+the report says so. Every other size is measured first, the rest after,
+so that a budget that runs out leaves the range covered, only sparser."""
 import harness as H
 
 OPS = ["dgemm", "solve", "eigh", "cholesky"]
@@ -65,24 +66,44 @@ def warm_point(c, op, n, pred):
             "cmd": off["cmd"], "reps": 1 if slow else c.reps}
 
 
+def _order(sizes):
+    """Every other size first, the rest after: when the budget runs out,
+    the sizes measured still span the range."""
+    return sizes[::2] + sizes[1::2]
+
+
+def _predict(seen, n):
+    """CPU seconds per call at n from the largest measured size below it
+    (n^3), or None."""
+    below = [m for m in seen if m < n]
+    if not below:
+        return None
+    m = max(below)
+    return seen[m] * (n / m) ** 3
+
+
+def _warm_cost(c, n, pred):
+    calls = (0 if pred > 2 else 1) + (1 if pred > 5 else c.reps)
+    # the CPU's calls, the offloaded process (its start and a few calls),
+    # each process building its inputs
+    return pred * calls + 3 + 2 * (1 + n * n / 4e7)
+
+
 def sec_sweep(c):
     sizes = QUICK if c.quick else [64, 2048] if c.smoke else FULL
     secs = 0.02 if c.quick else 0.1
     freps = 1 if c.quick else min(c.reps, 2)
-    last = {}                      # op -> (n, CPU seconds per call)
+    seen = {op: {} for op in OPS}      # op -> n -> CPU seconds per call
     pts, skipped = [], []
     mixed = fresh(c, "mixed", 0, secs, freps)
     pts.append(("mixed", "-", mixed))
-    for n in sizes:
+    for n in _order(sizes):
         for op in OPS:
-            pred = None
-            if op in last:
-                ln, lt = last[op]
-                pred = lt * (n / ln) ** 3
+            pred = _predict(seen[op], n)
             if n <= c.fresh_max:
                 cost = (2 * freps) * (0.5 + secs)
             else:
-                cost = 2.5 * (pred or 1) * (1 + c.reps) + 2
+                cost = _warm_cost(c, n, pred if pred is not None else 1.0)
             if pred is not None and pred > c.max_call_s:
                 skipped.append("%s %d (CPU call predicted %.0f s > %.0f s)" % (op, n, pred, c.max_call_s))
                 continue
@@ -92,7 +113,9 @@ def sec_sweep(c):
             p = fresh(c, op, n, secs, freps) if n <= c.fresh_max else warm_point(c, op, n, pred)
             pts.append((op, n, p))
             if "per_call" in p:
-                last[op] = (n, p["per_call"])
+                seen[op][n] = p["per_call"]
+    pts.sort(key=lambda x: (OPS.index(x[0]) if x[0] in OPS else -1,
+                            x[1] if isinstance(x[1], int) else 0))
     rows, bad = [], []
     for op, n, p in pts:
         if "error" in p:
