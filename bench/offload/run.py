@@ -146,6 +146,10 @@ def main():
             continue
         c.budget.section(SHARE[name])
         t = time.monotonic()
+        if name != "machine" and c.budget.overall() < 5:
+            c.note("## %s\n\nskipped: the budget (%.0f s) was spent." % (name, c.budget.total))
+            c.res.setdefault("skipped_sections", []).append(name)
+            continue
         try:
             getattr(S, "sec_" + name)(c)
         except Exception as e:      # a broken section must not lose the rest
@@ -156,7 +160,7 @@ def main():
         c.save()
     c.res["total_s"] = round(time.monotonic() - c.budget.t0, 1)
     c.md.append("\nSeconds per section: " + ", ".join(
-        "%s %.0f" % kv for kv in c.res["section_s"].items()) +
+        "%s %.0f" % kv for kv in c.res.get("section_s", {}).items()) +
         "; total %.0f of a budget of %.0f.\n" % (c.res["total_s"], c.budget.total))
     c.save()
     shutil.rmtree(c.tmp, ignore_errors=True)
