@@ -138,7 +138,7 @@ static void shapes(const char *cfg, uint64_t ch)
 	roundtrip(cfg, 100, ch / 100, 100, 100, 100);
 	roundtrip(cfg, 100, ch / 100 + 1, 108, 128, 104);
 	roundtrip(cfg, 24, 5 * ch / 24 + 3, 40, 24, 32);      /* odd widths */
-	roundtrip(cfg, 13, 3 * ch + 5, 13, 16, 21);          /* rows > chunk */
+	roundtrip(cfg, 13, 3 * (ch / 13) + 5, 13, 16, 21);   /* more rows than a chunk holds */
 	roundtrip(cfg, ch / 2 + 3, 7, ch / 2 + 3, ch, ch / 2 + 11);
 	roundtrip(cfg, 8 * 37, 1000, 8 * 41, 8 * 40, 8 * 37);
 }
