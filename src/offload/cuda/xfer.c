@@ -144,7 +144,7 @@ int gpc_xfer_start_tuned(const struct gpc_xfer_tune *t)
 	if (!d.reg_min)
 		d.reg_min = UINT64_MAX;
 	if (!d.keep)
-		d.keep = GPC_STAGE_KEEP;
+		d.keep = gpc_stage_keep();
 	memset(&gpc__x, 0, sizeof gpc__x);
 	gpc__x.t = d;
 	if (gpc_cu.StreamCreate(&gpc__x.s, GPC_STREAM_NON_BLOCKING) != 0) {
@@ -167,6 +167,16 @@ int gpc_xfer_start_tuned(const struct gpc_xfer_tune *t)
 	gpc_pool_start(d.threads);
 	gpc__x.on = 1;
 	return 0;
+}
+
+uint64_t gpc_stage_keep(void)
+{
+	long pages = sysconf(_SC_PHYS_PAGES), pg = sysconf(_SC_PAGESIZE);
+	uint64_t k = pages > 0 && pg > 0 ? (uint64_t)pages * (uint64_t)pg / 32 : 0;
+
+	if (k < GPC_STAGE_KEEP_MIN)
+		k = GPC_STAGE_KEEP_MIN;
+	return k > GPC_STAGE_KEEP_MAX ? GPC_STAGE_KEEP_MAX : k;
 }
 
 int gpc_xfer_start(void)

@@ -30,15 +30,22 @@ struct gpc_xfer_tune {
 	                         * staging) from this many bytes on;
 	                         * UINT64_MAX never (the default: measured) */
 	uint64_t keep;          /* staging for GPO_BE_STAGE results kept
-	                         * between calls, bytes (GPC_STAGE_KEEP) */
+	                         * between calls, bytes (gpc_stage_keep()) */
 };
 
 /* Results staged with GPO_BE_STAGE are held in pinned host blocks that are
- * kept across calls up to this many bytes in all (beyond it, released at
- * the end of the call); gpc_xfer_trim releases blocks no call used in the
- * last GPC_STAGE_IDLE_CALLS calls; gpc_xfer_stop all. */
-#define GPC_STAGE_KEEP (512ull << 20)
+ * kept across calls up to gpc_stage_keep() bytes in all (beyond it,
+ * released at the end of the call: such a call pays cuMemHostAlloc, about
+ * 0.6 ms per MiB, each time); gpc_xfer_trim releases blocks no call used
+ * in the last GPC_STAGE_IDLE_CALLS calls; gpc_xfer_stop all of them (the
+ * policy stops the backend when it gives the GPU back). The bound:
+ * 1/32 of the machine's memory, at least GPC_STAGE_KEEP_MIN and at most
+ * GPC_STAGE_KEEP_MAX (4 GiB on a 128 GiB machine: an in-out dgemm
+ * operand of n = 16384 is 2 GiB). */
+#define GPC_STAGE_KEEP_MIN (256ull << 20)
+#define GPC_STAGE_KEEP_MAX (4ull << 30)
 #define GPC_STAGE_IDLE_CALLS 8
+uint64_t gpc_stage_keep(void);
 
 /* Create the streams and host buffers copies need: the copy stream,
  * t->nbuf pinned chunks (cuMemHostAlloc) with an event each, and the
