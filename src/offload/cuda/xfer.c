@@ -488,8 +488,9 @@ void gpc_discard(void)
 	}
 	if (any)
 		gpc__x.calls++;
-	if (gpc__block_bytes() > gpc__x.t.keep)
-		gpc__free_unused_blocks();
+	/* The bound and the idle rule apply at the end of every call, so
+	 * that they hold whether or not the backend calls gpc_xfer_trim. */
+	gpc_xfer_trim();
 }
 
 void gpc_xfer_trim(void)

@@ -78,8 +78,9 @@ void gpc_commit(void);
 void gpc_discard(void);
 
 /* Release staging blocks no call used in the last GPC_STAGE_IDLE_CALLS
- * calls, and all of them when they exceed the bound (called between
- * calls; does nothing while results are staged). */
+ * calls, and all of them when they exceed the bound (does nothing while
+ * results are staged). gpc_commit and gpc_discard end with it, so a
+ * backend need not call it. */
 void gpc_xfer_trim(void);
 
 /* What the engine did, for tests and the bench. */

@@ -270,7 +270,8 @@ static CUresult fd_run(struct stream *s, size_t upto)
 	while (s->head < upto) {
 		struct op *o = &s->q[s->head++];
 		if (o->memset_v >= 0) {
-			memset(o->dst, o->memset_v, o->width);
+			for (size_t y = 0; y < o->height; y++)
+				memset(o->dst + y * o->dpitch, o->memset_v, o->width);
 			continue;
 		}
 		if (fd_fail_exec && --fd_fail_exec == 0) {
@@ -341,6 +342,18 @@ API CUresult cuMemsetD8Async(CUdeviceptr d, unsigned char v, size_t n, void *s)
 	struct op o = { (char *)(uintptr_t)d, NULL, 0, 0, n, 1, v };
 
 	if (fd_check(o.dst, n, 1)) {
+		fd_bad++;
+		return E_INVALID;
+	}
+	return fd_enqueue(fd_s(s), &o);
+}
+
+API CUresult cuMemsetD2D8Async(CUdeviceptr d, size_t pitch, unsigned char v,
+			       size_t w, size_t h, void *s)
+{
+	struct op o = { (char *)(uintptr_t)d, NULL, pitch, 0, w, h, v };
+
+	if (h && (fd_check(o.dst, (h - 1) * pitch + w, 1) || (h > 1 && pitch < w))) {
 		fd_bad++;
 		return E_INVALID;
 	}
