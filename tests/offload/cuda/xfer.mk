@@ -50,4 +50,14 @@ $(B)/bench/xfer_bench: bench/offload/xfer_bench.c $(XFER_SRC) $(XFER_HDR)
 xfer-bench: $(B)/bench/xfer_bench
 	$(B)/bench/xfer_bench
 
+# cppcheck on the engine and its tests (part of `make lint`).
+.PHONY: lint-xfer
+lint: lint-xfer
+lint-xfer: $(B)/offload/gen/ops.h
+	cppcheck --quiet --error-exitcode=1 --enable=warning,portability \
+	  --std=c11 --inline-suppr -Isrc/offload -Isrc/offload/cuda \
+	  -I$(B)/offload/gen src/offload/cuda/xfer.c src/offload/cuda/xpool.c \
+	  tests/offload/cuda/fakedev.c tests/offload/cuda/xfertest.c \
+	  bench/offload/xfer_bench.c
+
 .DEFAULT_GOAL := $(XFER_SAVED_GOAL)
