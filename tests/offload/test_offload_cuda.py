@@ -25,7 +25,8 @@ CUDA_INCLUDE = pathlib.Path(os.environ.get("CUDA_INCLUDE", "/usr/local/cuda/incl
 @pytest.fixture(scope="module", autouse=True)
 def _build():
     F.build()
-    subprocess.run(["make", "-C", str(F.REPO), "-s", "offload-cuda", "fakecuda"],
+    subprocess.run(["make", "-C", str(F.REPO), "-s", "offload-cuda", "fakecuda",
+                    "offload-cuda-fakelibs"],
                    check=True, stdout=subprocess.DEVNULL)
 
 
@@ -61,10 +62,10 @@ def _can_hide():
     return p.returncode == 0
 
 
-def _run(tmp_path, env, prefix, hide=False):
+def _run(tmp_path, env, prefix, hide=False, cmd=None):
     out = tmp_path / "out"
     out.mkdir()
-    cmd = [OPCHECK, str(out), prefix]
+    cmd = cmd or [OPCHECK, str(out), prefix]
     if hide:
         empty = tmp_path / "empty"
         empty.mkdir()
@@ -160,3 +161,51 @@ def test_the_fake_driver_declines_naming_what_it_lacks(tmp_path, ref):
     nothing crashes."""
     p, out = _run(tmp_path, _env(tmp_path, fake_driver=True), "dgemm")
     _declined(p, out, ref, "cuStreamCreate failed")
+
+
+FAKELIBS = F.T.parent / "offload" / "cuda-fake"
+
+
+def _need_hidden_or_absent():
+    """The host's own cuBLAS would be found first (the loader's search):
+    hide it, or skip where that is impossible."""
+    hide = _host_has("cublas") or _host_has("cusolver")
+    if hide and not _can_hide():
+        pytest.skip("cuBLAS is installed and cannot be hidden (needs root and unshare)")
+    return hide
+
+
+def test_libraries_are_found_in_gpu_offload_cuda_path(tmp_path, ref):
+    """Stand-ins for cuBLAS and cuSOLVER in the second directory of
+    GPU_OFFLOAD_CUDA_PATH are found: start() gets past the libraries and
+    stops at the fake driver's stub cuStreamCreate."""
+    hide = _need_hidden_or_absent()
+    e = _env(tmp_path, fake_driver=True)
+    e["GPU_OFFLOAD_CUDA_PATH"] = f"{tmp_path}/nothing-here:{FAKELIBS}"
+    p, out = _run(tmp_path, e, "dgemm", hide=hide)
+    _declined(p, out, ref, "cuStreamCreate failed")
+
+
+def test_libraries_are_found_in_pips_layout(tmp_path):
+    """cuBLAS in site-packages/nvidia/cu13/lib and cuSOLVER in
+    site-packages/nvidia/cusolver/lib, next to a module the program loaded
+    from that site-packages directory, are found."""
+    hide = _need_hidden_or_absent()
+    sp = tmp_path / "venv" / "lib" / "python3" / "site-packages"
+    for sub, lib in (("nvidia/cu13/lib", "libcublas.so.13"),
+                     ("nvidia/cusolver/lib", "libcusolver.so.12")):
+        (sp / sub).mkdir(parents=True)
+        shutil.copy(FAKELIBS / lib, sp / sub / lib)
+    shutil.copy(FAKELIBS / "module.so", sp / "module.so")
+    script = ("import ctypes, numpy as np\n"
+              f"ctypes.CDLL('{sp}/module.so')\n"
+              "a = np.arange(1.0, 10001.0).reshape(100, 100) / 1e4\n"
+              "print(float((a @ a).sum()))\n")
+    e = _env(tmp_path, fake_driver=True)
+    p, _ = _run(tmp_path, e, None, hide=hide, cmd=[F.PY, "-c", script])
+    plain = subprocess.run([F.PY, "-c", script], env=F.env(tmp_path), capture_output=True,
+                           text=True, check=True)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout == plain.stdout            # the CPU's result
+    lines = p.stderr.splitlines()
+    assert len(lines) == 1 and "CUDA (cuStreamCreate failed" in lines[0], p.stderr

@@ -85,6 +85,11 @@ static int gpc__start(void)
 {
 	static char buf[256];
 	const char *why = NULL;
+	gpc_stream stream = NULL;
+	gpc_dptr dinfo = 0;
+	gpc_cublas blas = NULL;
+	gpc_cusolver solver = NULL;
+	gpc_csparams params = NULL;
 	int n = 0;
 
 	if (gpc__started)
@@ -118,23 +123,36 @@ static int gpc__start(void)
 		memset(&gpc_st, 0, sizeof gpc_st);
 		return -1;
 	}
-	if (gpc__step(gpc_cu.StreamCreate(&gpc_st.stream,
-					  GPC_STREAM_NON_BLOCKING),
-		      "cuStreamCreate") ||
-	    gpc__step(gpc_cu.MemAlloc(&gpc_st.dinfo, 64), "cuMemAlloc") ||
-	    gpc__step(gpc_bl.Create(&gpc_st.blas), "cublasCreate") ||
-	    gpc__step(gpc_bl.SetStream(gpc_st.blas, gpc_st.stream),
+	/* Each handle is stored only once made, so that teardown never
+	 * destroys what a failed create left in its output. */
+	if (gpc__step(gpc_cu.StreamCreate(&stream, GPC_STREAM_NON_BLOCKING),
+		      "cuStreamCreate"))
+		goto fail;
+	gpc_st.stream = stream;
+	if (gpc__step(gpc_cu.MemAlloc(&dinfo, 64), "cuMemAlloc"))
+		goto fail;
+	gpc_st.dinfo = dinfo;
+	if (gpc__step(gpc_bl.Create(&blas), "cublasCreate"))
+		goto fail;
+	gpc_st.blas = blas;
+	if (gpc__step(gpc_bl.SetStream(gpc_st.blas, gpc_st.stream),
 		      "cublasSetStream") ||
 	    gpc__step(gpc_bl.SetPointerMode(gpc_st.blas, GPC_POINTER_HOST),
 		      "cublasSetPointerMode") ||
-	    gpc__step(gpc_bl.DnCreate(&gpc_st.solver), "cusolverDnCreate") ||
-	    gpc__step(gpc_bl.DnSetStream(gpc_st.solver, gpc_st.stream),
-		      "cusolverDnSetStream") ||
-	    gpc__step(gpc_bl.DnCreateParams(&gpc_st.params),
-		      "cusolverDnCreateParams"))
+	    gpc__step(gpc_bl.DnCreate(&solver), "cusolverDnCreate"))
 		goto fail;
+	gpc_st.solver = solver;
+	if (gpc__step(gpc_bl.DnSetStream(gpc_st.solver, gpc_st.stream),
+		      "cusolverDnSetStream") ||
+	    gpc__step(gpc_bl.DnCreateParams(&params), "cusolverDnCreateParams"))
+		goto fail;
+	gpc_st.params = params;
 	if (gpc_xfer_start() != 0) {
 		gpc__why("the copy engine did not start");
+		goto fail;
+	}
+	if (gpc_pool_start() != 0) {
+		gpc__why("no thread for the memory pool");
 		goto fail;
 	}
 	gpc__pop();

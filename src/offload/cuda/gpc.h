@@ -39,7 +39,8 @@ int gpc_pool_alloc(gpc_dptr *p, uint64_t bytes);     /* 0 or -1 */
 void gpc_pool_free(gpc_dptr p);
 uint64_t gpc_pool_cached(void);                      /* bytes held free */
 void gpc_pool_trim(uint64_t keep);                   /* free down to keep */
-void gpc_pool_release_all(void);   /* stop: every buffer */
+int gpc_pool_start(void);           /* the idle thread; 0 or -1 */
+void gpc_pool_release_all(void);   /* stop: the thread, every buffer */
 
 /* blas3.c / lapack.c: one kernel each; 0, GPO_BE_UNSUPPORTED or -1. */
 int gpc_run_blas(struct gpo_kernel *k);

@@ -18,6 +18,7 @@
 #   offload-cuda-abi     $(B)/tests/offload/cuda-abicheck: cuapi.h and
 #                        blasapi.h against the toolkit's headers (built only
 #                        where cuda.h is found: CUDA_INCLUDE)
+#   offload-cuda-fakelibs stand-ins for cuBLAS/cuSOLVER (the search's tests)
 
 CUDA_BE_SAVED_GOAL := $(.DEFAULT_GOAL)
 
@@ -50,7 +51,8 @@ $(CUDA_BE_UNGATED): $(CUDA_BE_OBJ) $(B)/offload/cuda-exports.map
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -shared -Wl,-soname,libgpuoffload-cuda.so \
 	    -Wl,--version-script=$(B)/offload/cuda-exports.map -Wl,-z,defs \
-	    -o $@ $(CUDA_BE_OBJ) -Wl,--no-as-needed -l:libdl.so.2 -Wl,--as-needed
+	    -o $@ $(CUDA_BE_OBJ) -Wl,--no-as-needed -l:libdl.so.2 -Wl,--as-needed \
+	    -lpthread
 
 $(CUDA_BE_LIB): $(CUDA_BE_UNGATED) tools/gate.sh src/offload/cuda/exports.list
 	bash tools/gate.sh $< src/offload/cuda/exports.list
@@ -70,3 +72,16 @@ $(B)/tests/offload/cuda-abicheck: tests/offload/cuda/abicheck.c $(CUDA_BE_HDR)
 offload-cuda-abi: $(B)/tests/offload/cuda-abicheck
 
 .DEFAULT_GOAL := $(CUDA_BE_SAVED_GOAL)
+
+# Stand-ins for cuBLAS and cuSOLVER (tests/offload/cuda/fakelibs.c) for the
+# tests of the library search (test_offload_cuda.py).
+# (module.so: an object of no interest to the search, for a site-packages
+# directory.)
+CUDA_FAKELIBS := $(B)/tests/offload/cuda-fake/libcublas.so.13 \
+                 $(B)/tests/offload/cuda-fake/libcusolver.so.12 \
+                 $(B)/tests/offload/cuda-fake/module.so
+$(CUDA_FAKELIBS): tests/offload/cuda/fakelibs.c
+	@mkdir -p $(@D)
+	$(CC) $(WARN) $(CFLAGS) -fPIC -shared -Wl,-soname,$(@F) -o $@ $<
+.PHONY: offload-cuda-fakelibs
+offload-cuda-fakelibs: $(CUDA_FAKELIBS)

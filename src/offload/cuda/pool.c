@@ -12,21 +12,49 @@
  * Bounds: the cache holds at most GPC_POOL_KEEP bytes of free buffers
  * (1 GiB: the seed's "scratch released beyond 1 GB"); the oldest are freed
  * beyond it. A failed cuMemAlloc frees the whole cache and tries once
- * more. stop() frees everything (gpc_pool_trim(0)); so does the policy's
- * give-back, which stops the backend. memory() counts cached bytes as free
- * (they are ours to reuse). An idle process keeps its cache (at most the
- * bound) until one of those; see docs/offload.md, "The CUDA backend".
+ * more. stop() frees everything; so does the policy's give-back, which
+ * stops the backend. memory() counts cached bytes as free (they are ours
+ * to reuse). Idle: the policy stops the backend only when another job
+ * waits for the GPU, so a program that stops calling BLAS would keep its
+ * cache for its whole life; a thread of the pool (started by start(),
+ * joined by stop()) frees the cache once no buffer was handed out or
+ * returned for GPC_POOL_IDLE_S seconds.
  *
- * Called with the backend's context current, under the frontend's lock.
+ * Called with the backend's context current, under the frontend's lock;
+ * gpc__lock orders those calls against the idle thread.
  */
 #define _GNU_SOURCE
 #include "compat.h"
+#include <pthread.h>
+#include <signal.h>
 #include <string.h>
+#include <time.h>
 
 #include "gpc.h"
 
+/* Default versions of GLIBC_2.34 on a new glibc; the library must load on
+ * 2.17 (tools/gate.sh), where they are in libpthread (as policy.c). */
+#if defined(__x86_64__)
+__asm__(".symver pthread_create,pthread_create@GLIBC_2.2.5");
+__asm__(".symver pthread_join,pthread_join@GLIBC_2.2.5");
+__asm__(".symver pthread_attr_setstacksize,pthread_attr_setstacksize@GLIBC_2.2.5");
+__asm__(".symver pthread_sigmask,pthread_sigmask@GLIBC_2.2.5");
+#elif defined(__aarch64__)
+__asm__(".symver pthread_create,pthread_create@GLIBC_2.17");
+__asm__(".symver pthread_join,pthread_join@GLIBC_2.17");
+__asm__(".symver pthread_attr_setstacksize,pthread_attr_setstacksize@GLIBC_2.17");
+__asm__(".symver pthread_sigmask,pthread_sigmask@GLIBC_2.17");
+#endif
+
 #define GPC_POOL_KEEP (1ull << 30)
 #define GPC_POOL_SLOTS 64
+#define GPC_POOL_IDLE_S 5
+
+static pthread_mutex_t gpc__lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t gpc__cv = PTHREAD_COND_INITIALIZER;
+static pthread_t gpc__th;
+static int gpc__th_on, gpc__th_stop;
+static time_t gpc__last;        /* CLOCK_REALTIME seconds of the last use */
 
 struct gpc__blk {
 	gpc_dptr p;
@@ -55,7 +83,7 @@ static void gpc__drop(struct gpc__blk *b)
 	memset(b, 0, sizeof *b);
 }
 
-void gpc_pool_trim(uint64_t keep)
+static void gpc__trim(uint64_t keep)
 {
 	while (gpc__cached > keep) {
 		struct gpc__blk *old = NULL;
@@ -70,7 +98,7 @@ void gpc_pool_trim(uint64_t keep)
 	}
 }
 
-int gpc_pool_alloc(gpc_dptr *p, uint64_t bytes)
+static int gpc__alloc(gpc_dptr *p, uint64_t bytes)
 {
 	uint64_t want = gpc__round(bytes);
 	struct gpc__blk *best = NULL, *empty = NULL;
@@ -94,7 +122,7 @@ int gpc_pool_alloc(gpc_dptr *p, uint64_t bytes)
 	}
 	if (!empty) {
 		/* Every slot holds a buffer: free the oldest cached one. */
-		gpc_pool_trim(gpc__cached ? gpc__cached - 1 : 0);
+		gpc__trim(gpc__cached ? gpc__cached - 1 : 0);
 		for (int i = 0; i < GPC_POOL_SLOTS && !empty; i++)
 			if (!gpc__b[i].size)
 				empty = &gpc__b[i];
@@ -102,7 +130,7 @@ int gpc_pool_alloc(gpc_dptr *p, uint64_t bytes)
 			return -1;
 	}
 	if (gpc_cu.MemAlloc(&empty->p, want) != 0) {
-		gpc_pool_trim(0);
+		gpc__trim(0);
 		if (gpc_cu.MemAlloc(&empty->p, want) != 0) {
 			empty->p = 0;
 			return -1;
@@ -114,7 +142,7 @@ int gpc_pool_alloc(gpc_dptr *p, uint64_t bytes)
 	return 0;
 }
 
-void gpc_pool_free(gpc_dptr p)
+static void gpc__free(gpc_dptr p)
 {
 	for (int i = 0; i < GPC_POOL_SLOTS; i++) {
 		struct gpc__blk *b = &gpc__b[i];
@@ -122,21 +150,122 @@ void gpc_pool_free(gpc_dptr p)
 			b->used = 0;
 			b->age = ++gpc__clock;
 			gpc__cached += b->size;
-			gpc_pool_trim(GPC_POOL_KEEP);
+			gpc__trim(GPC_POOL_KEEP);
 			return;
 		}
 	}
 }
 
-uint64_t gpc_pool_cached(void)
+static time_t gpc__now(void)
 {
-	return gpc__cached;
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return ts.tv_sec;
 }
 
-/* Free every buffer, handed out or not (stop: the frontend released its
- * buffers already; anything else is ours). */
+int gpc_pool_alloc(gpc_dptr *p, uint64_t bytes)
+{
+	int rc;
+
+	pthread_mutex_lock(&gpc__lock);
+	rc = gpc__alloc(p, bytes);
+	gpc__last = gpc__now();
+	pthread_mutex_unlock(&gpc__lock);
+	return rc;
+}
+
+void gpc_pool_free(gpc_dptr p)
+{
+	pthread_mutex_lock(&gpc__lock);
+	gpc__free(p);
+	gpc__last = gpc__now();
+	pthread_cond_signal(&gpc__cv);
+	pthread_mutex_unlock(&gpc__lock);
+}
+
+void gpc_pool_trim(uint64_t keep)
+{
+	pthread_mutex_lock(&gpc__lock);
+	gpc__trim(keep);
+	pthread_mutex_unlock(&gpc__lock);
+}
+
+uint64_t gpc_pool_cached(void)
+{
+	uint64_t c;
+
+	pthread_mutex_lock(&gpc__lock);
+	c = gpc__cached;
+	pthread_mutex_unlock(&gpc__lock);
+	return c;
+}
+
+/* The idle thread: wakes when a buffer is returned, at the idle deadline,
+ * and at stop; frees the cache (its own push of the context) once
+ * GPC_POOL_IDLE_S passed without a use. Signals are blocked in it (the
+ * program's handlers must not run on a thread it does not know). */
+static void *gpc__idle(void *arg)
+{
+	(void)arg;
+	pthread_mutex_lock(&gpc__lock);
+	while (!gpc__th_stop) {
+		struct timespec until = { 0, 0 };
+		time_t now = gpc__now();
+		if (gpc__cached && now >= gpc__last + GPC_POOL_IDLE_S) {
+			gpc_ctx c;
+			if (gpc_cu.CtxPushCurrent(gpc_st.ctx) == 0) {
+				gpc__trim(0);
+				(void)gpc_cu.CtxPopCurrent(&c);
+			} else {
+				gpc__last = now;        /* try again later */
+			}
+			continue;
+		}
+		until.tv_sec = gpc__cached ? gpc__last + GPC_POOL_IDLE_S
+					   : now + 3600;
+		(void)pthread_cond_timedwait(&gpc__cv, &gpc__lock, &until);
+	}
+	pthread_mutex_unlock(&gpc__lock);
+	return NULL;
+}
+
+int gpc_pool_start(void)
+{
+	sigset_t all, old;
+	pthread_attr_t at;
+	int rc;
+
+	if (gpc__th_on)
+		return 0;
+	gpc__th_stop = 0;
+	gpc__last = gpc__now();
+	sigfillset(&all);
+	pthread_attr_init(&at);
+	/* The driver's cuMemFree runs on it: more than a bare minimum. */
+	pthread_attr_setstacksize(&at, 256 * 1024);
+	pthread_sigmask(SIG_SETMASK, &all, &old);
+	rc = pthread_create(&gpc__th, &at, gpc__idle, NULL);
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	pthread_attr_destroy(&at);
+	if (rc != 0)
+		return -1;
+	gpc__th_on = 1;
+	return 0;
+}
+
+/* Stop the idle thread, then free every buffer, handed out or not (stop:
+ * the frontend released its buffers already; anything else is ours). */
 void gpc_pool_release_all(void)
 {
+	if (gpc__th_on) {
+		pthread_mutex_lock(&gpc__lock);
+		gpc__th_stop = 1;
+		pthread_cond_signal(&gpc__cv);
+		pthread_mutex_unlock(&gpc__lock);
+		pthread_join(gpc__th, NULL);
+		gpc__th_on = 0;
+	}
 	for (int i = 0; i < GPC_POOL_SLOTS; i++)
 		if (gpc__b[i].size)
 			gpc__drop(&gpc__b[i]);
