@@ -109,7 +109,7 @@ void gpc_xfer_stop(void)
 {
 	gpc_discard();
 	gpc__free_unused_blocks();
-	gpc_pool_stop();
+	gpc_xpool_stop();
 	for (int i = 0; i < GPC_NBUF_MAX; i++) {
 		if (gpc__x.ev[i])
 			(void)gpc_cu.EventDestroy(gpc__x.ev[i]);
@@ -140,7 +140,7 @@ int gpc_xfer_start_tuned(const struct gpc_xfer_tune *t)
 	if (d.nbuf > GPC_NBUF_MAX)
 		d.nbuf = GPC_NBUF_MAX;
 	if (d.threads <= 0)
-		d.threads = gpc_pool_default_threads();
+		d.threads = gpc_xpool_default_threads();
 	if (!d.reg_min)
 		d.reg_min = UINT64_MAX;
 	if (!d.keep)
@@ -164,7 +164,7 @@ int gpc_xfer_start_tuned(const struct gpc_xfer_tune *t)
 			return -1;
 		}
 	}
-	gpc_pool_start(d.threads);
+	gpc_xpool_start(d.threads);
 	gpc__x.on = 1;
 	return 0;
 }
@@ -327,7 +327,7 @@ int gpc_h2d(gpc_dptr dev, uint64_t dpitch, const void *host, uint64_t spitch,
 				break;
 			}
 		}
-		gpc_pool_copy(gpc__x.pin[b], p.len,
+		gpc_xpool_copy(gpc__x.pin[b], p.len,
 			      (const char *)host + p.r * spitch + p.off, spitch,
 			      p.len, p.k);
 		if (gpc__2d(1, dev + p.r * dpitch + p.off, dpitch, gpc__x.pin[b],
@@ -373,7 +373,7 @@ static int gpc__d2h_chunked(void *host, uint64_t dpitch, gpc_dptr dev,
 			break;
 		if (gpc_cu.EventSynchronize(gpc__x.ev[head]) != 0)
 			return gpc__finish(-1);
-		gpc_pool_copy((char *)host + inflight[head].r * dpitch +
+		gpc_xpool_copy((char *)host + inflight[head].r * dpitch +
 			      inflight[head].off, dpitch, gpc__x.pin[head],
 			      inflight[head].len, inflight[head].len,
 			      inflight[head].k);
@@ -470,7 +470,7 @@ void gpc_commit(void)
 {
 	for (int i = 0; i < gpc__x.nst; i++) {
 		struct gpc__staged *s = &gpc__x.st[i];
-		gpc_pool_copy(s->dst, s->dpitch, s->src, s->width, s->width,
+		gpc_xpool_copy(s->dst, s->dpitch, s->src, s->width, s->width,
 			      s->rows);
 	}
 	gpc_discard();
@@ -522,5 +522,5 @@ void gpc_xfer_stats(struct gpc_xfer_stats *st)
 	st->stage_pinned = 0;
 	for (int i = 0; i < gpc__x.nblk; i++)
 		st->stage_pinned += gpc__x.blk[i].pinned;
-	st->threads = gpc_pool_threads();
+	st->threads = gpc_xpool_threads();
 }

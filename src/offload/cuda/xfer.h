@@ -25,7 +25,7 @@ struct gpc_xfer_tune {
 	uint64_t chunk;         /* pinned staging chunk, bytes (16 MiB) */
 	int nbuf;               /* chunks in flight, 2..8 (3) */
 	int threads;            /* memcpy threads incl. the caller
-	                         * (gpc_pool_default_threads: min(8, CPUs)) */
+	                         * (gpc_xpool_default_threads: min(8, CPUs)) */
 	uint64_t reg_min;       /* register the caller's buffer (instead of
 	                         * staging) from this many bytes on;
 	                         * UINT64_MAX never (the default: measured) */

@@ -31,12 +31,12 @@ __asm__(".symver pthread_join,pthread_join@GLIBC_2.17");
 __asm__(".symver pthread_sigmask,pthread_sigmask@GLIBC_2.17");
 #endif
 
-#define GPC_POOL_MAX 32
+#define GPC_XPOOL_MAX 32
 /* Below this many bytes a copy runs on the caller alone: waking threads
  * costs more than it saves. */
-#define GPC_POOL_MIN_BYTES (256u << 10)
+#define GPC_XPOOL_MIN_BYTES (256u << 10)
 /* Parts start on this boundary of the packed byte stream (cache lines). */
-#define GPC_POOL_ALIGN 64u
+#define GPC_XPOOL_ALIGN 64u
 
 struct gpc_job {
 	char *dst;
@@ -49,15 +49,15 @@ struct gpc_job {
 static struct {
 	pthread_mutex_t mu;
 	pthread_cond_t work, done;
-	pthread_t tid[GPC_POOL_MAX];
+	pthread_t tid[GPC_XPOOL_MAX];
 	int nworkers;
 	int quit;
 	struct gpc_job job;
 	int next, finished;     /* parts claimed, parts done */
-} gpc__pool = { PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER,
+} gpc__xpool = { PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER,
 		PTHREAD_COND_INITIALIZER };
 
-int gpc_pool_default_threads(void)
+int gpc_xpool_default_threads(void)
 {
 	cpu_set_t set;
 	int n;
@@ -72,16 +72,16 @@ int gpc_pool_default_threads(void)
 }
 
 /* Part p of j: bytes [p*total/n, (p+1)*total/n) of the packed stream,
- * boundaries rounded down to GPC_POOL_ALIGN. */
+ * boundaries rounded down to GPC_XPOOL_ALIGN. */
 static void gpc__part(const struct gpc_job *j, int p)
 {
 	uint64_t a = j->total / (uint64_t)j->nparts * (uint64_t)p;
 	uint64_t b = p + 1 == j->nparts ? j->total :
 		     j->total / (uint64_t)j->nparts * (uint64_t)(p + 1);
 
-	a -= a % GPC_POOL_ALIGN;
+	a -= a % GPC_XPOOL_ALIGN;
 	if (p + 1 != j->nparts)
-		b -= b % GPC_POOL_ALIGN;
+		b -= b % GPC_XPOOL_ALIGN;
 	while (a < b) {
 		uint64_t r = a / j->width, off = a % j->width;
 		uint64_t len = j->width - off;
@@ -96,70 +96,70 @@ static void gpc__part(const struct gpc_job *j, int p)
 /* Claim and copy parts until none is left; called and returns with mu. */
 static void gpc__drain(void)
 {
-	while (gpc__pool.next < gpc__pool.job.nparts) {
-		struct gpc_job j = gpc__pool.job;
-		int p = gpc__pool.next++;
-		pthread_mutex_unlock(&gpc__pool.mu);
+	while (gpc__xpool.next < gpc__xpool.job.nparts) {
+		struct gpc_job j = gpc__xpool.job;
+		int p = gpc__xpool.next++;
+		pthread_mutex_unlock(&gpc__xpool.mu);
 		gpc__part(&j, p);
-		pthread_mutex_lock(&gpc__pool.mu);
-		if (++gpc__pool.finished == gpc__pool.job.nparts)
-			pthread_cond_signal(&gpc__pool.done);
+		pthread_mutex_lock(&gpc__xpool.mu);
+		if (++gpc__xpool.finished == gpc__xpool.job.nparts)
+			pthread_cond_signal(&gpc__xpool.done);
 	}
 }
 
 static void *gpc__worker(void *arg)
 {
 	(void)arg;
-	pthread_mutex_lock(&gpc__pool.mu);
-	while (!gpc__pool.quit) {
+	pthread_mutex_lock(&gpc__xpool.mu);
+	while (!gpc__xpool.quit) {
 		gpc__drain();
-		if (!gpc__pool.quit)
-			pthread_cond_wait(&gpc__pool.work, &gpc__pool.mu);
+		if (!gpc__xpool.quit)
+			pthread_cond_wait(&gpc__xpool.work, &gpc__xpool.mu);
 	}
-	pthread_mutex_unlock(&gpc__pool.mu);
+	pthread_mutex_unlock(&gpc__xpool.mu);
 	return NULL;
 }
 
-int gpc_pool_start(int nthreads)
+int gpc_xpool_start(int nthreads)
 {
 	sigset_t all, old;
 
 	if (nthreads <= 0)
-		nthreads = gpc_pool_default_threads();
-	if (nthreads > GPC_POOL_MAX + 1)
-		nthreads = GPC_POOL_MAX + 1;
-	gpc__pool.quit = 0;
-	gpc__pool.next = gpc__pool.finished = 0;
-	gpc__pool.job.nparts = 0;
+		nthreads = gpc_xpool_default_threads();
+	if (nthreads > GPC_XPOOL_MAX + 1)
+		nthreads = GPC_XPOOL_MAX + 1;
+	gpc__xpool.quit = 0;
+	gpc__xpool.next = gpc__xpool.finished = 0;
+	gpc__xpool.job.nparts = 0;
 	/* The workers inherit a full mask: no signal of the program is
 	 * ever delivered to them. */
 	sigfillset(&all);
 	pthread_sigmask(SIG_SETMASK, &all, &old);
-	while (gpc__pool.nworkers < nthreads - 1 &&
-	       pthread_create(&gpc__pool.tid[gpc__pool.nworkers], NULL,
+	while (gpc__xpool.nworkers < nthreads - 1 &&
+	       pthread_create(&gpc__xpool.tid[gpc__xpool.nworkers], NULL,
 			      gpc__worker, NULL) == 0)
-		gpc__pool.nworkers++;
+		gpc__xpool.nworkers++;
 	pthread_sigmask(SIG_SETMASK, &old, NULL);
 	return 0;
 }
 
-void gpc_pool_stop(void)
+void gpc_xpool_stop(void)
 {
-	pthread_mutex_lock(&gpc__pool.mu);
-	gpc__pool.quit = 1;
-	pthread_cond_broadcast(&gpc__pool.work);
-	pthread_mutex_unlock(&gpc__pool.mu);
-	for (int i = 0; i < gpc__pool.nworkers; i++)
-		pthread_join(gpc__pool.tid[i], NULL);
-	gpc__pool.nworkers = 0;
+	pthread_mutex_lock(&gpc__xpool.mu);
+	gpc__xpool.quit = 1;
+	pthread_cond_broadcast(&gpc__xpool.work);
+	pthread_mutex_unlock(&gpc__xpool.mu);
+	for (int i = 0; i < gpc__xpool.nworkers; i++)
+		pthread_join(gpc__xpool.tid[i], NULL);
+	gpc__xpool.nworkers = 0;
 }
 
-int gpc_pool_threads(void)
+int gpc_xpool_threads(void)
 {
-	return gpc__pool.nworkers + 1;
+	return gpc__xpool.nworkers + 1;
 }
 
-void gpc_pool_copy(void *dst, uint64_t dpitch, const void *src,
+void gpc_xpool_copy(void *dst, uint64_t dpitch, const void *src,
 		   uint64_t spitch, uint64_t width, uint64_t rows)
 {
 	struct gpc_job j;
@@ -173,20 +173,20 @@ void gpc_pool_copy(void *dst, uint64_t dpitch, const void *src,
 	j.width = width;
 	j.rows = rows;
 	j.total = width * rows;
-	j.nparts = gpc__pool.nworkers + 1;
-	if (j.total < GPC_POOL_MIN_BYTES || j.nparts == 1 ||
-	    j.total < (uint64_t)j.nparts * GPC_POOL_ALIGN) {
+	j.nparts = gpc__xpool.nworkers + 1;
+	if (j.total < GPC_XPOOL_MIN_BYTES || j.nparts == 1 ||
+	    j.total < (uint64_t)j.nparts * GPC_XPOOL_ALIGN) {
 		j.nparts = 1;
 		gpc__part(&j, 0);
 		return;
 	}
-	pthread_mutex_lock(&gpc__pool.mu);
-	gpc__pool.job = j;
-	gpc__pool.next = gpc__pool.finished = 0;
-	pthread_cond_broadcast(&gpc__pool.work);
+	pthread_mutex_lock(&gpc__xpool.mu);
+	gpc__xpool.job = j;
+	gpc__xpool.next = gpc__xpool.finished = 0;
+	pthread_cond_broadcast(&gpc__xpool.work);
 	gpc__drain();
-	while (gpc__pool.finished < gpc__pool.job.nparts)
-		pthread_cond_wait(&gpc__pool.done, &gpc__pool.mu);
-	gpc__pool.job.nparts = 0;
-	pthread_mutex_unlock(&gpc__pool.mu);
+	while (gpc__xpool.finished < gpc__xpool.job.nparts)
+		pthread_cond_wait(&gpc__xpool.done, &gpc__xpool.mu);
+	gpc__xpool.job.nparts = 0;
+	pthread_mutex_unlock(&gpc__xpool.mu);
 }
