@@ -24,9 +24,15 @@
  *
  * On a failed CUDA call the stream is synchronised before returning, so
  * that no DMA still reads or writes a chunk or the caller's memory.
+ *
+ * Locking: the frontend serialises calls, but gpc_xfer_idle comes from
+ * the backend's idle thread (pool.c); gpc__mu orders it against every
+ * entry point, and it only tries the lock (a copy in progress means the
+ * engine is not idle).
  */
 #define _GNU_SOURCE
 #include "compat.h"
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -34,6 +40,14 @@
 #include "backend.h"
 #include "xfer.h"
 #include "xpool.h"
+
+/* pthread_mutex_trylock moved into libc.so.6 with glibc 2.34 under a new
+ * default version; bind the old one (tools/gate.sh's 2.17 floor). */
+#if defined(__x86_64__)
+__asm__(".symver pthread_mutex_trylock,pthread_mutex_trylock@GLIBC_2.2.5");
+#elif defined(__aarch64__)
+__asm__(".symver pthread_mutex_trylock,pthread_mutex_trylock@GLIBC_2.17");
+#endif
 
 #define GPC_NBUF_MAX 8
 #define GPC_MAX_STAGED 8
@@ -68,6 +82,10 @@ static struct {
 	uint64_t calls;                 /* commits and discards so far */
 	struct gpc_xfer_stats stats;
 } gpc__x;
+
+static pthread_mutex_t gpc__mu = PTHREAD_MUTEX_INITIALIZER;
+static void gpc__discard(void);
+static void gpc__trim(void);
 
 /* ---- Start and stop ------------------------------------------------------- */
 
@@ -105,9 +123,9 @@ static uint64_t gpc__block_bytes(void)
 	return sum;
 }
 
-void gpc_xfer_stop(void)
+static void gpc__stop(void)
 {
-	gpc_discard();
+	gpc__discard();
 	gpc__free_unused_blocks();
 	gpc_xpool_stop();
 	for (int i = 0; i < GPC_NBUF_MAX; i++) {
@@ -125,7 +143,14 @@ void gpc_xfer_stop(void)
 	gpc__x.on = 0;
 }
 
-int gpc_xfer_start_tuned(const struct gpc_xfer_tune *t)
+void gpc_xfer_stop(void)
+{
+	pthread_mutex_lock(&gpc__mu);
+	gpc__stop();
+	pthread_mutex_unlock(&gpc__mu);
+}
+
+static int gpc__start(const struct gpc_xfer_tune *t)
 {
 	struct gpc_xfer_tune d = { 0 };
 
@@ -155,18 +180,28 @@ int gpc_xfer_start_tuned(const struct gpc_xfer_tune *t)
 		if (gpc_cu.MemHostAlloc(&gpc__x.pin[i], d.chunk,
 					GPC_MEMHOSTALLOC_PORTABLE) != 0) {
 			gpc__x.pin[i] = NULL;
-			gpc_xfer_stop();
+			gpc__stop();
 			return -1;
 		}
 		if (gpc_cu.EventCreate(&gpc__x.ev[i], GPC_EVENT_DISABLE_TIMING) != 0) {
 			gpc__x.ev[i] = NULL;
-			gpc_xfer_stop();
+			gpc__stop();
 			return -1;
 		}
 	}
 	gpc_xpool_start(d.threads);
 	gpc__x.on = 1;
 	return 0;
+}
+
+int gpc_xfer_start_tuned(const struct gpc_xfer_tune *t)
+{
+	int rc;
+
+	pthread_mutex_lock(&gpc__mu);
+	rc = gpc__start(t);
+	pthread_mutex_unlock(&gpc__mu);
+	return rc;
 }
 
 uint64_t gpc_stage_keep(void)
@@ -303,8 +338,8 @@ static int gpc__via_register(int to_dev, gpc_dptr dev, uint64_t devpitch,
 
 /* ---- Host to device ------------------------------------------------------- */
 
-int gpc_h2d(gpc_dptr dev, uint64_t dpitch, const void *host, uint64_t spitch,
-	    uint64_t width, uint64_t rows)
+static int gpc__h2d(gpc_dptr dev, uint64_t dpitch, const void *host,
+		    uint64_t spitch, uint64_t width, uint64_t rows)
 {
 	struct gpc__cursor c = { width, rows, gpc__x.t.chunk, 0, 0 };
 	struct gpc__piece p;
@@ -341,6 +376,17 @@ int gpc_h2d(gpc_dptr dev, uint64_t dpitch, const void *host, uint64_t spitch,
 		b = (b + 1) % gpc__x.t.nbuf;
 	}
 	return gpc__finish(rc);
+}
+
+int gpc_h2d(gpc_dptr dev, uint64_t dpitch, const void *host, uint64_t spitch,
+	    uint64_t width, uint64_t rows)
+{
+	int rc;
+
+	pthread_mutex_lock(&gpc__mu);
+	rc = gpc__h2d(dev, dpitch, host, spitch, width, rows);
+	pthread_mutex_unlock(&gpc__mu);
+	return rc;
 }
 
 /* ---- Device to host ------------------------------------------------------- */
@@ -419,8 +465,8 @@ static struct gpc__block *gpc__stage_room(uint64_t bytes, char **at)
 	return best;
 }
 
-int gpc_d2h(void *host, uint64_t dpitch, gpc_dptr dev, uint64_t spitch,
-	    uint64_t width, uint64_t rows, unsigned flags)
+static int gpc__d2h(void *host, uint64_t dpitch, gpc_dptr dev,
+		    uint64_t spitch, uint64_t width, uint64_t rows, unsigned flags)
 {
 	struct gpc__staged *s;
 	struct gpc__block *b;
@@ -464,19 +510,39 @@ int gpc_d2h(void *host, uint64_t dpitch, gpc_dptr dev, uint64_t spitch,
 	return 0;
 }
 
+int gpc_d2h(void *host, uint64_t dpitch, gpc_dptr dev, uint64_t spitch,
+	    uint64_t width, uint64_t rows, unsigned flags)
+{
+	int rc;
+
+	pthread_mutex_lock(&gpc__mu);
+	rc = gpc__d2h(host, dpitch, dev, spitch, width, rows, flags);
+	pthread_mutex_unlock(&gpc__mu);
+	return rc;
+}
+
 /* ---- Commit, discard, trim ------------------------------------------------ */
 
 void gpc_commit(void)
 {
+	pthread_mutex_lock(&gpc__mu);
 	for (int i = 0; i < gpc__x.nst; i++) {
 		struct gpc__staged *s = &gpc__x.st[i];
 		gpc_xpool_copy(s->dst, s->dpitch, s->src, s->width, s->width,
 			      s->rows);
 	}
-	gpc_discard();
+	gpc__discard();
+	pthread_mutex_unlock(&gpc__mu);
 }
 
 void gpc_discard(void)
+{
+	pthread_mutex_lock(&gpc__mu);
+	gpc__discard();
+	pthread_mutex_unlock(&gpc__mu);
+}
+
+static void gpc__discard(void)
 {
 	int any = gpc__x.nst > 0;
 
@@ -490,10 +556,31 @@ void gpc_discard(void)
 		gpc__x.calls++;
 	/* The bound and the idle rule apply at the end of every call, so
 	 * that they hold whether or not the backend calls gpc_xfer_trim. */
-	gpc_xfer_trim();
+	gpc__trim();
 }
 
 void gpc_xfer_trim(void)
+{
+	pthread_mutex_lock(&gpc__mu);
+	gpc__trim();
+	pthread_mutex_unlock(&gpc__mu);
+}
+
+int gpc_xfer_idle(void)
+{
+	int freed = 0;
+
+	if (pthread_mutex_trylock(&gpc__mu) != 0)
+		return 0;       /* a copy runs: not idle */
+	if (!gpc__x.nst) {
+		freed = gpc__x.nblk;
+		gpc__free_unused_blocks();
+	}
+	pthread_mutex_unlock(&gpc__mu);
+	return freed;
+}
+
+static void gpc__trim(void)
 {
 	int n = 0;
 
@@ -516,6 +603,7 @@ void gpc_xfer_trim(void)
 
 void gpc_xfer_stats(struct gpc_xfer_stats *st)
 {
+	pthread_mutex_lock(&gpc__mu);
 	*st = gpc__x.stats;
 	st->stage_bytes = gpc__block_bytes();
 	st->stage_blocks = gpc__x.nblk;
@@ -523,4 +611,5 @@ void gpc_xfer_stats(struct gpc_xfer_stats *st)
 	for (int i = 0; i < gpc__x.nblk; i++)
 		st->stage_pinned += gpc__x.blk[i].pinned;
 	st->threads = gpc_xpool_threads();
+	pthread_mutex_unlock(&gpc__mu);
 }

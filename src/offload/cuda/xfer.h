@@ -37,8 +37,9 @@ struct gpc_xfer_tune {
  * kept across calls up to gpc_stage_keep() bytes in all (beyond it,
  * released at the end of the call: such a call pays cuMemHostAlloc, about
  * 0.6 ms per MiB, each time); gpc_xfer_trim releases blocks no call used
- * in the last GPC_STAGE_IDLE_CALLS calls; gpc_xfer_stop all of them (the
- * policy stops the backend when it gives the GPU back). The bound:
+ * in the last GPC_STAGE_IDLE_CALLS calls; gpc_xfer_idle (the backend's
+ * idle thread) and gpc_xfer_stop all of them (the policy stops the
+ * backend when it gives the GPU back). The bound:
  * 1/32 of the machine's memory, at least GPC_STAGE_KEEP_MIN and at most
  * GPC_STAGE_KEEP_MAX (4 GiB on a 128 GiB machine: an in-out dgemm
  * operand of n = 16384 is 2 GiB). */
@@ -82,6 +83,13 @@ void gpc_discard(void);
  * results are staged). gpc_commit and gpc_discard end with it, so a
  * backend need not call it. */
 void gpc_xfer_trim(void);
+
+/* Release every staging block now, unless results are staged or a copy
+ * runs (then nothing); returns the number freed. For the backend's idle
+ * thread (pool.c), which calls it with the context current once the
+ * backend went unused for a while: the only entry point that may come
+ * from another thread than the frontend's call. */
+int gpc_xfer_idle(void);
 
 /* What the engine did, for tests and the bench. */
 struct gpc_xfer_stats {

@@ -13,6 +13,7 @@
 #define _GNU_SOURCE
 #include <dirent.h>
 #include <dlfcn.h>
+#include <pthread.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -201,6 +202,23 @@ static void stop(const char *cfg)
 		      get("pinned"), get("registered"));
 }
 
+/* gpc_xfer_idle from another thread, as the backend's idle thread calls it. */
+static void *idle_thread(void *arg)
+{
+	*(int *)arg = gpc_xfer_idle();
+	return NULL;
+}
+
+static int idle_elsewhere(void)
+{
+	pthread_t t;
+	int freed = -1;
+
+	if (pthread_create(&t, NULL, idle_thread, &freed) == 0)
+		pthread_join(t, NULL);
+	return freed;
+}
+
 /* Injected failures (the fake only). */
 static void failures(void)
 {
@@ -330,6 +348,16 @@ static void failures(void)
 	gpc_xfer_stats(&st);
 	CHECK(st.stage_blocks == 1, "trim: %d blocks (the used one stays)",
 	      st.stage_blocks);
+	/* Idle release: not while results are staged, else every block. */
+	memset(out, 0xa5, rows * p);
+	CHECK(gpc_d2h(out, p, dev, p, w, rows, GPO_BE_STAGE) == 0, "idle: stage");
+	CHECK(idle_elsewhere() == 0, "idle freed blocks under staged results");
+	gpc_commit();
+	CHECK(same(out, p, in, p, w, rows, 0xa5), "idle: commit after idle");
+	CHECK(idle_elsewhere() >= 1, "idle freed nothing");
+	gpc_xfer_stats(&st);
+	CHECK(st.stage_blocks == 0 && get("pinned") == 2, "idle: %d blocks, "
+	      "%ld pinned (the two chunks)", st.stage_blocks, get("pinned"));
 	stop("keep");
 	(void)gpc_cu.MemFree(dev);
 	(void)gpc_cu.MemFree(dev2);
