@@ -26,7 +26,7 @@ CUDA_INCLUDE = pathlib.Path(os.environ.get("CUDA_INCLUDE", "/usr/local/cuda/incl
 def _build():
     F.build()
     subprocess.run(["make", "-C", str(F.REPO), "-s", "offload-cuda", "fakecuda",
-                    "offload-cuda-fakelibs"],
+                    "offload-cuda-fakelibs", "offload-cuda-poolunit"],
                    check=True, stdout=subprocess.DEVNULL)
 
 
@@ -116,6 +116,16 @@ def test_cuda_backend_builds_from_the_tree_and_passes_the_gate():
     assert needed == ["libc.so.6", "libdl.so.2"]
 
 
+def test_the_device_memory_pool():
+    """Reuse, the bound on cached memory, the retry after a failed
+    allocation, everything freed at stop (poolunit.c: pool.c against a
+    stand-in driver table)."""
+    p = subprocess.run([str(F.T.parent / "offload" / "cuda-poolunit")],
+                       capture_output=True, text=True)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert p.stdout.splitlines()[-1] == "poolunit: ok"
+
+
 @pytest.mark.skipif(not (CUDA_INCLUDE / "cuda.h").exists(),
                     reason="needs the CUDA toolkit's headers (cuda.h)")
 def test_declarations_match_the_toolkit_headers():
@@ -137,12 +147,21 @@ def _has_driver():
         return False
 
 
+@F.needs_lapack      # opcheck and NumPy: the host-only test packages
 @pytest.mark.skipif(_has_driver(), reason="this host has a CUDA driver")
 def test_without_a_driver_it_declines(tmp_path, ref):
-    p, out = _run(tmp_path, _env(tmp_path, fake_driver=False), "dgemm")
+    """Through `gpu-offload run`, which finds libgpuoffload.so and so the
+    CUDA backend next to itself."""
+    e = _env(tmp_path, fake_driver=False)
+    for k in ("LD_PRELOAD", "GPU_OFFLOAD_BACKEND"):
+        e.pop(k)
+    out = tmp_path / "out"
+    p, out = _run(tmp_path, e, None, cmd=[str(F.BUILD / "gpu-offload"), "run", "--",
+                                          OPCHECK, str(out), "dgemm"])
     _declined(p, out, ref, "no CUDA driver (libcuda.so.1 not found)")
 
 
+@F.needs_lapack      # opcheck and NumPy: the host-only test packages
 def test_with_a_driver_but_no_cublas_it_declines_naming_cublas(tmp_path, ref):
     """The fake driver stands in for a driver; cuBLAS is missing (hidden
     where the host has it)."""
@@ -153,6 +172,7 @@ def test_with_a_driver_but_no_cublas_it_declines_naming_cublas(tmp_path, ref):
     _declined(p, out, ref, "no cuBLAS (libcublas.so.13 or .12 not found")
 
 
+@F.needs_lapack      # opcheck and NumPy: the host-only test packages
 @pytest.mark.skipif(not (_host_has("cublas") and _host_has("cusolver")),
                     reason="needs cuBLAS and cuSOLVER installed")
 def test_the_fake_driver_declines_naming_what_it_lacks(tmp_path, ref):
@@ -175,6 +195,7 @@ def _need_hidden_or_absent():
     return hide
 
 
+@F.needs_lapack      # opcheck and NumPy: the host-only test packages
 def test_libraries_are_found_in_gpu_offload_cuda_path(tmp_path, ref):
     """Stand-ins for cuBLAS and cuSOLVER in the second directory of
     GPU_OFFLOAD_CUDA_PATH are found: start() gets past the libraries and
@@ -186,6 +207,7 @@ def test_libraries_are_found_in_gpu_offload_cuda_path(tmp_path, ref):
     _declined(p, out, ref, "cuStreamCreate failed")
 
 
+@F.needs_lapack      # opcheck and NumPy: the host-only test packages
 def test_libraries_are_found_in_pips_layout(tmp_path):
     """cuBLAS in site-packages/nvidia/cu13/lib and cuSOLVER in
     site-packages/nvidia/cusolver/lib, next to a module the program loaded

@@ -409,8 +409,15 @@ static int gpc__rdiag(struct gpo_kernel *k, int64_t n)
 		for (int64_t i = 0; i < n && !k->info; i++) {
 			int zero = 1;
 			for (size_t c = 0; c < es / ec; c++) {
-				double v = ec == 4 ? (double)((float *)(d + i * es))[c]
-						   : ((double *)(d + i * es))[c];
+				const unsigned char *x = d + (size_t)i * es + c * ec;
+				float f;
+				double v;
+				if (ec == 4) {
+					memcpy(&f, x, sizeof f);
+					v = f;
+				} else {
+					memcpy(&v, x, sizeof v);
+				}
 				if (v != 0)
 					zero = 0;
 			}

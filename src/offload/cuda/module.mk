@@ -19,6 +19,8 @@
 #                        blasapi.h against the toolkit's headers (built only
 #                        where cuda.h is found: CUDA_INCLUDE)
 #   offload-cuda-fakelibs stand-ins for cuBLAS/cuSOLVER (the search's tests)
+#   offload-cuda-poolunit the pool against a stand-in driver table
+#   lint-offload-cuda    cppcheck on it (part of `make lint`)
 
 CUDA_BE_SAVED_GOAL := $(.DEFAULT_GOAL)
 
@@ -85,3 +87,19 @@ $(CUDA_FAKELIBS): tests/offload/cuda/fakelibs.c
 	$(CC) $(WARN) $(CFLAGS) -fPIC -shared -Wl,-soname,$(@F) -o $@ $<
 .PHONY: offload-cuda-fakelibs
 offload-cuda-fakelibs: $(CUDA_FAKELIBS)
+
+# The pool against a stand-in driver table (tests/offload/cuda/poolunit.c).
+$(B)/tests/offload/cuda-poolunit: tests/offload/cuda/poolunit.c src/offload/cuda/pool.c $(CUDA_BE_HDR)
+	@mkdir -p $(@D)
+	$(CC) $(WARN) $(CFLAGS) -pthread -Isrc/offload/cuda -Isrc/offload -I$(OFL_GEN) \
+	    -o $@ tests/offload/cuda/poolunit.c src/offload/cuda/pool.c
+.PHONY: offload-cuda-poolunit
+offload-cuda-poolunit: $(B)/tests/offload/cuda-poolunit
+
+# cppcheck on the backend (part of `make lint`).
+.PHONY: lint-offload-cuda
+lint: lint-offload-cuda
+lint-offload-cuda: $(OFL_GEN)/ops.h
+	cppcheck --quiet --error-exitcode=1 --enable=warning,portability \
+	  --std=c11 --inline-suppr -Isrc/offload/cuda -Isrc/offload -I$(OFL_GEN) \
+	  src/offload/cuda tests/offload/cuda/poolunit.c tests/offload/cuda/fakelibs.c
