@@ -18,7 +18,8 @@
  * waits for the GPU, so a program that stops calling BLAS would keep its
  * cache for its whole life; a thread of the pool (started by start(),
  * joined by stop()) frees the cache once no buffer was handed out or
- * returned for GPC_POOL_IDLE_S seconds.
+ * returned for GPC_POOL_IDLE_S seconds, and with it the copy engine's
+ * staging blocks (gpc_xfer_idle, xfer.h).
  *
  * Called with the backend's context current, under the frontend's lock;
  * gpc__lock orders those calls against the idle thread.
@@ -31,6 +32,7 @@
 #include <time.h>
 
 #include "gpc.h"
+#include "xfer.h"
 
 /* Default versions of GLIBC_2.34 on a new glibc; the library must load on
  * 2.17 (tools/gate.sh), where they are in libpthread (as policy.c). */
@@ -216,6 +218,8 @@ static void *gpc__idle(void *arg)
 			gpc_ctx c;
 			if (gpc_cu.CtxPushCurrent(gpc_st.ctx) == 0) {
 				gpc__trim(0);
+				/* the copy engine's pinned staging too */
+				(void)gpc_xfer_idle();
 				(void)gpc_cu.CtxPopCurrent(&c);
 			} else {
 				gpc__last = now;        /* try again later */
