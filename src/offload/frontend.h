@@ -23,10 +23,14 @@
 #define GPO_EXPORT __attribute__((visibility("default")))
 #define GPO_HIDDEN __attribute__((visibility("hidden")))
 
-/* Per-call-site cache of the real function (src/offload/resolve.c). */
+/* Per-call-site cache of the real function (src/offload/resolve.c), and
+ * behind it a per-module one: the answer depends only on the module that
+ * holds the call site, and a LAPACK calls its BLAS from far more sites
+ * than the first cache holds. */
 #define GPO_SITES 8
+#define GPO_MODS 4
 struct gpo_site {
-	const void *site;
+	const void *site;       /* or, in mcache, the module's lowest address */
 	void *real;
 };
 
@@ -38,6 +42,7 @@ struct gpo_fn {
 	uint8_t cblas;          /* CBLAS interface (arguments by value) */
 	uint8_t int64;          /* 64-bit integers (scipy_*_64_ names) */
 	struct gpo_site cache[GPO_SITES];
+	struct gpo_site mcache[GPO_MODS];
 };
 
 /* The call's arguments, normalised (upper-case options, 64-bit integers,

@@ -536,6 +536,14 @@ static void gpo__trace_call(const struct gpo_call *c,
 	}
 }
 
+int gpo_policy_tracing(void)
+{
+	/* Not initialised yet: the first observe will initialise, and may
+	 * start a trace that wants this call's whole record. */
+	return !__atomic_load_n(&gpo__p.inited, __ATOMIC_ACQUIRE) ||
+	       gpo_trace_on();
+}
+
 void gpo_policy_observe(const struct gpo_call *c,
 			const struct gpo_decision *d, int device,
 			double seconds, double copy_in_s, double copy_out_s,

@@ -105,6 +105,11 @@ void gpo_policy_observe(const struct gpo_call *c,
 			double seconds, double copy_in_s, double copy_out_s,
 			int fail);
 
+/* Nonzero when calls are traced (GPU_OFFLOAD_TRACE): the frontend then
+ * fills the whole record of a call below the size threshold too. Cheap:
+ * read on every call. */
+int gpo_policy_tracing(void);
+
 /* Provided by the frontend's backend boundary, called by the policy. */
 
 /* Load the GPU backend (dlopen, ABI check) if not yet loaded and start it

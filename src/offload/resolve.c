@@ -12,11 +12,19 @@
  * An answer inside this library is never taken (the global scope starts
  * with the preload, so step 1 finds our own wrapper for the main program).
  *
- * Cache: per wrapper, a few call sites (struct gpo_fn.cache), filled once
+ * Caches: per wrapper, a few call sites (struct gpo_fn.cache), filled once
  * and never replaced, so that a reader never sees a site with another
- * site's function; a site that finds the cache full is looked up each
+ * site's function; behind it, per wrapper, a few modules (mcache): the
+ * answer depends only on the module holding the site (step 1; steps 2 and
+ * 3 do not depend on the site at all), and a LAPACK calls its BLAS from
+ * dozens of sites in one module. A site's module is found from the loaded
+ * objects' address ranges (gpo__module_of), not with dladdr(), which also
+ * searches the symbol table and cost microseconds per call on the H200
+ * machine's mixed workload (every nested BLAS call of OpenBLAS's LAPACK
+ * past the eighth site). A site whose caches are full is looked up each
  * time (slow, still right). Not found is not cached: a library may be
- * loaded later.
+ * loaded later. A module unloaded and another loaded at the same lowest
+ * address would be mistaken for it, as a call site would be.
  */
 #define _GNU_SOURCE
 #include "compat.h"
@@ -63,6 +71,100 @@ static void *gpo__sym(void *handle, const char *name)
 }
 
 #define GPO__MAXOBJ 512
+
+/* The loaded objects' address ranges (their PT_LOAD segments), rebuilt
+ * when a site lies in none of them (a library loaded since). */
+struct gpo__range {
+	uintptr_t lo, hi;
+};
+static struct gpo__range gpo__ranges[GPO__MAXOBJ];
+static int gpo__nranges;
+static pthread_mutex_t gpo__rlock = PTHREAD_MUTEX_INITIALIZER;
+
+static int gpo__range_cb(struct dl_phdr_info *info, size_t size, void *arg)
+{
+	uintptr_t lo = UINTPTR_MAX, hi = 0;
+
+	(void)size;
+	(void)arg;
+	for (int i = 0; i < info->dlpi_phnum; i++) {
+		const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+		uintptr_t a = (uintptr_t)info->dlpi_addr + (uintptr_t)ph->p_vaddr;
+		if (ph->p_type != PT_LOAD)
+			continue;
+		if (a < lo)
+			lo = a;
+		if (a + ph->p_memsz > hi)
+			hi = a + ph->p_memsz;
+	}
+	if (lo < hi && gpo__nranges < GPO__MAXOBJ) {
+		gpo__ranges[gpo__nranges].lo = lo;
+		gpo__ranges[gpo__nranges].hi = hi;
+		gpo__nranges++;
+	}
+	return 0;
+}
+
+static uintptr_t gpo__range_find(uintptr_t p)
+{
+	for (int i = 0; i < gpo__nranges; i++)
+		if (p >= gpo__ranges[i].lo && p < gpo__ranges[i].hi)
+			return gpo__ranges[i].lo;
+	return 0;
+}
+
+/* The lowest address of the loaded object holding p (its key in mcache),
+ * or 0 when none does. */
+static uintptr_t gpo__module_of(const void *p)
+{
+	uintptr_t m;
+
+	pthread_mutex_lock(&gpo__rlock);
+	m = gpo__range_find((uintptr_t)p);
+	if (!m) {
+		gpo__nranges = 0;
+		dl_iterate_phdr(gpo__range_cb, NULL);
+		m = gpo__range_find((uintptr_t)p);
+	}
+	pthread_mutex_unlock(&gpo__rlock);
+	return m;
+}
+
+/* Look up `key` in a cache of n entries, from slot hash h; the entry's
+ * function, or NULL. */
+static void *gpo__cache_get(struct gpo_site *c, unsigned n, unsigned h,
+			    const void *key)
+{
+	for (unsigned i = 0; i < n; i++) {
+		struct gpo_site *e = &c[(h + i) % n];
+		const void *s = __atomic_load_n(&e->site, __ATOMIC_ACQUIRE);
+		if (s == key)
+			return __atomic_load_n(&e->real, __ATOMIC_RELAXED);
+		if (!s)
+			break;
+	}
+	return NULL;
+}
+
+/* Fill a free entry of the cache with key -> real (once; never replaced:
+ * an entry is claimed, then its function stored, then its key). */
+static void gpo__cache_put(struct gpo_site *c, unsigned n, unsigned h,
+			   const void *key, void *real)
+{
+	for (unsigned i = 0; i < n; i++) {
+		struct gpo_site *e = &c[(h + i) % n];
+		const void *expect = NULL;
+		if (__atomic_compare_exchange_n(&e->site, &expect, CLAIMED, 0,
+						__ATOMIC_ACQ_REL,
+						__ATOMIC_ACQUIRE)) {
+			__atomic_store_n(&e->real, real, __ATOMIC_RELAXED);
+			__atomic_store_n(&e->site, key, __ATOMIC_RELEASE);
+			return;
+		}
+		if (expect == key)
+			return;
+	}
+}
 struct gpo__objs {
 	int n;
 	const char *name[GPO__MAXOBJ];
@@ -126,15 +228,18 @@ static void *gpo__lookup(const char *name, const void *site)
 void *gpo_resolve(struct gpo_fn *fn, const void *site)
 {
 	unsigned h = (unsigned)(((uintptr_t)site >> 2) % GPO_SITES);
-	void *real;
+	uintptr_t mod;
+	unsigned mh;
+	void *real = gpo__cache_get(fn->cache, GPO_SITES, h, site);
 
-	for (unsigned i = 0; i < GPO_SITES; i++) {
-		struct gpo_site *e = &fn->cache[(h + i) % GPO_SITES];
-		const void *s = __atomic_load_n(&e->site, __ATOMIC_ACQUIRE);
-		if (s == site)
-			return __atomic_load_n(&e->real, __ATOMIC_RELAXED);
-		if (!s)
-			break;
+	if (real)
+		return real;
+	mod = gpo__module_of(site);
+	mh = (unsigned)((mod >> 12) % GPO_MODS);
+	if (mod && (real = gpo__cache_get(fn->mcache, GPO_MODS, mh,
+					  (const void *)mod))) {
+		gpo__cache_put(fn->cache, GPO_SITES, h, site, real);
+		return real;
 	}
 	real = gpo__lookup(fn->name, site);
 	if (!real) {
@@ -142,18 +247,8 @@ void *gpo_resolve(struct gpo_fn *fn, const void *site)
 			     "one defines %s; the call did nothing", fn->name);
 		return NULL;
 	}
-	for (unsigned i = 0; i < GPO_SITES; i++) {
-		struct gpo_site *e = &fn->cache[(h + i) % GPO_SITES];
-		const void *expect = NULL;
-		if (__atomic_compare_exchange_n(&e->site, &expect, CLAIMED, 0,
-						__ATOMIC_ACQ_REL,
-						__ATOMIC_ACQUIRE)) {
-			__atomic_store_n(&e->real, real, __ATOMIC_RELAXED);
-			__atomic_store_n(&e->site, site, __ATOMIC_RELEASE);
-			break;
-		}
-		if (expect == site)
-			break;
-	}
+	if (mod)
+		gpo__cache_put(fn->mcache, GPO_MODS, mh, (const void *)mod, real);
+	gpo__cache_put(fn->cache, GPO_SITES, h, site, real);
 	return real;
 }

@@ -148,3 +148,23 @@ def test_a_name_only_we_define_is_never_resolved_to_ourselves(tmp_path):
     assert p.returncode == 0 and p.stdout == "returned 0.0\n", p.stdout + p.stderr
     lines = p.stderr.splitlines()
     assert len(lines) == 1 and "defines scipy_ddot_" in lines[0], p.stderr
+
+
+def test_many_call_sites_resolve_per_module_not_per_call(tmp_path):
+    """ddot_ from 24 call sites of one program (the site cache holds 8):
+    the right function every time, and the frontend looks the caller's
+    module up once, not on each call past the eighth site (a LAPACK calls
+    its BLAS from dozens of sites; numpy's linalg module calls dcopy from
+    one per routine and type: each lookup cost microseconds)."""
+    prog = [str(F.T / "sitecheck")]
+    e = F.env(tmp_path, "")
+    e["LD_PRELOAD"] = "%s:%s" % (F.T / "libdlcount.so", F.LIB)
+    p = run(prog, e)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert p.stdout == "sum %.1f\n" % (200.0 * 24 * 30)
+    counts = [int(line.split()[1]) for line in p.stderr.splitlines()
+              if line.startswith("dlopen-calls ")]
+    assert len(counts) == 1, p.stderr
+    # One lookup per module that calls (the program), whatever the number
+    # of sites and calls; a per-call lookup would make it 16 x 200.
+    assert counts[0] <= 4, p.stderr
