@@ -120,10 +120,40 @@ static void rotate(int dirfd, const char *path, int fd)
 	(void)fcntl(fd, F_OFD_SETLK, &fl);
 }
 
+/* The log in `dirfd` (or at `path`), open for `need` more bytes: rotated
+ * first if they would take it past the limit. -1 when it is not ours. */
+static int log_ready(int dirfd, const char *path, size_t need,
+		     struct stat *st)
+{
+	int fd = log_open(dirfd, path, st);
+
+	if (fd >= 0 && (uint64_t)st->st_size + need > log_max()) {
+		rotate(dirfd, path, fd);
+		close(fd);
+		fd = log_open(dirfd, path, st);
+	}
+	return fd;
+}
+
+/* Record `event` as one line in `line` (GM_EVLINE_MAX bytes); returns
+ * its length, newline included. */
+static int ev_format(char *line, const char *event, const char *job,
+		     const char *fields)
+{
+	int n = fmt(line, GM_EVLINE_MAX,
+		    "gm1 %s t=%" PRId64 " mono=%" PRId64 " uid=%u pid=%d job=%s %s",
+		    event, gm__real_ns(), gm__mono_ns(), (unsigned)geteuid(),
+		    (int)getpid(), job && *job ? job : "-", fields);
+
+	if (n > GM_EVLINE_MAX - 2)
+		n = GM_EVLINE_MAX - 2; /* the command is last: cut it */
+	line[n++] = '\n';
+	return n;
+}
+
 static void ev_append(int dirfd, const char *path, const char *event,
 		      const char *job, const char *fields)
 {
-	static const char hdr[] = "gm1 ";
 	char *line;
 	struct stat st;
 	int fd, n, saved = errno;
@@ -133,26 +163,12 @@ static void ev_append(int dirfd, const char *path, const char *event,
 	line = malloc(GM_EVLINE_MAX);
 	if (!line)
 		goto out;
-	n = fmt(line, GM_EVLINE_MAX,
-		     "%s%s t=%" PRId64 " mono=%" PRId64 " uid=%u pid=%d job=%s %s",
-		     hdr, event, gm__real_ns(), gm__mono_ns(),
-		     (unsigned)geteuid(), (int)getpid(), job && *job ? job : "-",
-		     fields);
-	if (n > GM_EVLINE_MAX - 2)
-		n = GM_EVLINE_MAX - 2; /* the command is last: cut it */
-	line[n++] = '\n';
-	fd = log_open(dirfd, path, &st);
-	if (fd < 0)
-		goto out;
-	if ((uint64_t)st.st_size + (uint64_t)n > log_max()) {
-		rotate(dirfd, path, fd);
+	n = ev_format(line, event, job, fields);
+	fd = log_ready(dirfd, path, (size_t)n, &st);
+	if (fd >= 0) {
+		(void)!write(fd, line, (size_t)n);
 		close(fd);
-		fd = log_open(dirfd, path, &st);
-		if (fd < 0)
-			goto out;
 	}
-	(void)!write(fd, line, (size_t)n);
-	close(fd);
 out:
 	free(line);
 	errno = saved;
@@ -180,6 +196,12 @@ static struct {
 	char fields[GM_MAX_DEVICES * 4 + 64];
 } ex;
 
+static int ex_path(const char *lock_dir, const char *user_name)
+{
+	return snprintf(ex.path, sizeof ex.path, "%s/job/%s/" GM_EVLOG_NAME,
+			lock_dir, user_name) < (int)sizeof ex.path;
+}
+
 void gm__ev_remember(const char *lock_dir, const char *user_name,
 		     const char *job, const struct gm_lease *l)
 {
@@ -187,8 +209,7 @@ void gm__ev_remember(const char *lock_dir, const char *user_name,
 
 	if (!gm__ev_enabled())
 		return;
-	if (snprintf(ex.path, sizeof ex.path, "%s/job/%s/" GM_EVLOG_NAME,
-		     lock_dir, user_name) >= (int)sizeof ex.path)
+	if (!ex_path(lock_dir, user_name))
 		return;
 	gm_format_list(list, sizeof list, l->devices, l->ndevices);
 	fmt(ex.job, sizeof ex.job, "%s", job);
@@ -220,11 +241,55 @@ __attribute__((destructor)) static void gm__ev_at_exit(void)
 		ev_append(-1, ex.path, "exit", ex.job, ex.fields);
 }
 
-/* ---- A claim's records (called from lease.c) ---------------------------- */
+/* ---- A claim's records (called from lease.c and grant.c) ---------------
+ * Not on the hand-off path: everything a record needs but the facts of
+ * the grant is made ready before the claim may wait (gm__ev_prepare: the
+ * log opened, checked and rotated if due; the buffers in struct acq,
+ * touched by calloc; the exit record's path), so that between the grant
+ * and gm_lease_acquire's return a record costs a few formatted numbers,
+ * one fstat and one write (docs/benchmarks.md, "The event log's cost"). */
+
+void gm__ev_prepare(struct acq *a)
+{
+	struct stat st;
+	int saved = errno;
+
+	if (!gm__ev_enabled() || a->d.user < 0 || a->ev.fd >= 0)
+		return;
+	a->ev.fd = gm__track(log_ready(a->d.user, NULL, 0, &st));
+	/* The exit record's path, now rather than after the grant (its
+	 * pages are written here first); not while an earlier lease of
+	 * this process still counts on it. */
+	if (!ex.held)
+		(void)ex_path(a->cfg->lock_dir, a->d.user_name);
+	errno = saved;
+}
+
+/* Append a->ev.fields as record `event`, through the prepared log when
+ * there is one that still is ours and has room; else as gm__ev_write. */
+static void claim_write(struct acq *a, const char *event)
+{
+	struct stat st;
+	int n, saved = errno;
+
+	n = ev_format(a->ev.line, event, a->jobname, a->ev.fields);
+	/* Rotated while we waited: once, the descriptor now is the
+	 * events.log.1 a reader reads too; twice, it is gone (no link). */
+	if (a->ev.fd >= 0 &&
+	    (gm__fstat(a->ev.fd, &st) != 0 || st.st_nlink != 1 ||
+	     (uint64_t)st.st_size + (uint64_t)n > log_max())) {
+		gm__close(a->ev.fd);
+		a->ev.fd = -1;
+	}
+	if (a->ev.fd < 0)
+		a->ev.fd = gm__track(log_ready(a->d.user, NULL, (size_t)n, &st));
+	if (a->ev.fd >= 0)
+		(void)!write(a->ev.fd, a->ev.line, (size_t)n);
+	errno = saved;
+}
 
 void gm__ev_waiting(struct acq *a, int ahead, int head)
 {
-	char *f;
 	char list[GM_MAX_DEVICES * 4];
 
 	if (a->ev.wrote_wait || a->cfg->timeout_s == 0)
@@ -233,22 +298,21 @@ void gm__ev_waiting(struct acq *a, int ahead, int head)
 	a->ev.wait_mono = gm__mono_ns();
 	a->ev.ahead = ahead;
 	a->ev.head = head;
-	if (!gm__ev_enabled() || !(f = malloc(GM_EVLINE_MAX)))
+	if (!gm__ev_enabled() || a->d.user < 0)
 		return;
 	gm_format_list(list, sizeof list, a->cfg->devices, a->cfg->ndevices);
 	/* Before sleeping, not on anyone's hand-off: whoever we wait for
 	 * still holds what we want. */
-	fmt(f, GM_EVLINE_MAX,
+	fmt(a->ev.fields, GM_EVLINE_MAX,
 		 "ticket=%" PRIu64 " want=%d cand=%s ahead=%d head=%d arrived=%" PRId64 " cmd=%s",
 		 a->tk.seq, a->cfg->want, list, ahead, head,
 		 a->ev.arrived_mono, a->cmd);
-	gm__ev_write(a->d.user, "wait", a->jobname, f);
-	free(f);
+	claim_write(a, "wait");
 }
 
-void gm__ev_acquired(struct acq *a, int rc, const struct gm_lease *out)
+static void acquired(struct acq *a, int rc, const struct gm_lease *out)
 {
-	char *f;
+	char *f = a->ev.fields;
 	char dev[GM_MAX_DEVICES * 4], cand[GM_MAX_DEVICES * 4];
 	char rang[GM_MAX_DEVICES * 4];
 	int rv[GM_MAX_DEVICES], nr = 0;
@@ -262,7 +326,7 @@ void gm__ev_acquired(struct acq *a, int rc, const struct gm_lease *out)
 	 * fit its lease) is the caller's message, not an event in line. */
 	if (rc != 0 && !a->tk.seq)
 		return;
-	if (a->d.user < 0 || !(f = malloc(GM_EVLINE_MAX)))
+	if (a->d.user < 0)
 		return;
 	if (!a->cmd[0])
 		gm__cmdline(getpid(), a->cmd, sizeof a->cmd);
@@ -279,7 +343,7 @@ void gm__ev_acquired(struct acq *a, int rc, const struct gm_lease *out)
 		fmt(f, GM_EVLINE_MAX,
 			 "lease=%016" PRIx64 " dev=%s usable=%s cmd=%s",
 			 out->lease_id, dev, ul, a->cmd);
-		gm__ev_write(a->d.user, "join", a->jobname, f);
+		claim_write(a, "join");
 	} else if (rc == 0) {
 		gm_format_list(dev, sizeof dev, out->devices, out->ndevices);
 		for (int d = 0; d < GM_MAX_DEVICES; d++)
@@ -296,7 +360,7 @@ void gm__ev_acquired(struct acq *a, int rc, const struct gm_lease *out)
 			 a->ev.arrived_mono, now - a->ev.arrived_mono,
 			 a->ev.wait_mono ? a->ev.ahead : 0, a->ev.wait_mono != 0,
 			 a->ev.woke_mono, nr ? rang : "-", a->cmd);
-		gm__ev_write(a->d.user, "grant", a->jobname, f);
+		claim_write(a, "grant");
 	} else {
 		fmt(f, GM_EVLINE_MAX,
 			 "ticket=%" PRIu64 " want=%d cand=%s arrived=%" PRId64
@@ -304,9 +368,20 @@ void gm__ev_acquired(struct acq *a, int rc, const struct gm_lease *out)
 			 a->tk.seq, a->cfg->want, cand, a->ev.arrived_mono,
 			 now - a->ev.arrived_mono,
 			 rc == -ETIMEDOUT ? "timeout" : "error", -rc, a->cmd);
-		gm__ev_write(a->d.user, "giveup", a->jobname, f);
+		claim_write(a, "giveup");
 	}
-	free(f);
+}
+
+void gm__ev_acquired(struct acq *a, int rc, const struct gm_lease *out)
+{
+	int saved = errno;
+
+	acquired(a, rc, out);
+	if (a->ev.fd >= 0) {
+		gm__close(a->ev.fd);
+		a->ev.fd = -1;
+	}
+	errno = saved;
 }
 
 /* ---- Records of others (the CLI's samples) ------------------------------ */

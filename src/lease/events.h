@@ -31,15 +31,22 @@ struct gm__evnote {
 	int64_t woke_mono;                  /* last doorbell of a device */
 	uint64_t rang;                      /* the devices whose bells rang */
 	int wrote_wait;
+	/* Made ready before the claim may wait (gm__ev_prepare), so that
+	 * after the grant a record costs one fstat and one write: */
+	int fd;                             /* the log, open; -1: none */
+	char fields[GM_EVLINE_MAX];         /* a record's own fields */
+	char line[GM_EVLINE_MAX];           /* the whole line */
 };
 
 /*
  * Append one record to this user's log (the directory `userfd`,
  * job/<user>/): `fields` is the text after "gm1 <event> t=... mono=...
  * uid=... pid=... job=...", without a newline. The file is opened for
- * each record (O_APPEND, O_NOFOLLOW, O_NONBLOCK) and believed only as a
+ * the record (O_APPEND, O_NOFOLLOW, O_NONBLOCK) and believed only as a
  * regular file of ours that only we can write; otherwise nothing is
  * written. Rotates the file past GPUMUTEX_LOG_MAX. errno is preserved.
+ * (A claim's own records go through the descriptor gm__ev_prepare
+ * opened instead: acquire.h.)
  */
 void gm__ev_write(int userfd, const char *event, const char *job,
 		  const char *fields);
