@@ -252,3 +252,44 @@ def test_rotation_bounds_the_log(built, lockdir, journal):
     # What is left is whole records, the newest ones.
     recs = log_json(lockdir)
     assert recs and all(r["ev"] in ("grant", "exit", "end") for r in recs)
+
+
+def open_files(pid):
+    fds = os.path.join("/proc", str(pid), "fd")
+    return {os.readlink(os.path.join(fds, n)) for n in os.listdir(fds)}
+
+
+def test_claim_opens_its_log_before_it_waits(built, lockdir, journal):
+    """The grant's record costs no open on the hand-off path: a waiter
+    has its log open while it sleeps in line (and only then), and its
+    grant is recorded even when the file it opened was rotated away
+    meanwhile (once: the record is in events.log.1; twice: that file is
+    gone, so the record goes to a new events.log)."""
+    env = jobs.job_env(lockdir, journal, devices="0")
+    d = jobs.job_dir(lockdir)
+    log, old = os.path.join(d, "events.log"), os.path.join(d, "events.log.1")
+    for rotations in (1, 2):
+        holder = jobs.start(HOLDER, dict(env, GPUMUTEX_JOB="h%d" % rotations),
+                            ready=True, hold=True)
+        assert holder.ready()
+        job = "w%d" % rotations
+        waiter = jobs.start(HOLDER, dict(env, GPUMUTEX_JOB=job), waiting=True,
+                            ready=True, hold=True)
+        assert waiter.waited()
+        assert log in open_files(waiter.pid)
+        for _ in range(rotations):
+            os.rename(log, old)
+            with open(log, "a"):
+                pass
+            os.chmod(log, 0o644)
+        holder.release()
+        assert holder.wait() == 0 and waiter.ready()
+        assert not [f for f in open_files(waiter.pid) if "events.log" in f]
+        waiter.release()
+        assert waiter.wait() == 0
+        grants = [r for r in log_json(lockdir)
+                  if r["ev"] == "grant" and r["job"] == job]
+        assert len(grants) == 1
+        where = old if rotations == 1 else log
+        assert any(" grant " in line and (" job=%s " % job) in line
+                   for line in open(where).read().splitlines()), where

@@ -260,8 +260,10 @@ void gm__ev_prepare(struct acq *a)
 	/* The exit record's path, now rather than after the grant (its
 	 * pages are written here first); not while an earlier lease of
 	 * this process still counts on it. */
-	if (!ex.held)
+	if (!ex.held) {
 		(void)ex_path(a->cfg->lock_dir, a->d.user_name);
+		ex.job[0] = ex.fields[0] = '\0';
+	}
 	errno = saved;
 }
 
