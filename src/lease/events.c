@@ -11,10 +11,13 @@
  *   writers never interleave or tear lines (lines are kept below
  *   PIPE_BUF, GM_EVLINE_MAX, as a further margin).
  * - Written after the ticket and the job lock are released (lease.c), so
- *   no waiter ever waits for a log write; the lease ends are not written
- *   by anyone at the moment they happen (a lease ends when its last
- *   member dies), but reconstructed by the reader from the records of
- *   the next holder and the members' exits (docs/report.md, "Ends").
+ *   no waiter ever waits for a log write, and through a descriptor opened
+ *   before the claim may wait, so that no open (and its path lookup)
+ *   delays the granted claim's return either.
+ * - The lease ends are not written by anyone at the moment they happen
+ *   (a lease ends when its last member dies), but reconstructed by the
+ *   reader from the records of the next holder and the members' exits
+ *   (docs/report.md, "Ends").
  * - Bounded: past GPUMUTEX_LOG_MAX bytes the file is renamed to
  *   events.log.1 (replacing the older one) by whichever writer gets the
  *   file's lock first; at most twice the limit per user.
@@ -137,13 +140,13 @@ static int log_ready(int dirfd, const char *path, size_t need,
 
 /* Record `event` as one line in `line` (GM_EVLINE_MAX bytes); returns
  * its length, newline included. */
-static int ev_format(char *line, const char *event, const char *job,
-		     const char *fields)
+static int ev_format(char *line, const char *event, unsigned uid, int pid,
+		     const char *job, const char *fields)
 {
 	int n = fmt(line, GM_EVLINE_MAX,
 		    "gm1 %s t=%" PRId64 " mono=%" PRId64 " uid=%u pid=%d job=%s %s",
-		    event, gm__real_ns(), gm__mono_ns(), (unsigned)geteuid(),
-		    (int)getpid(), job && *job ? job : "-", fields);
+		    event, gm__real_ns(), gm__mono_ns(), uid, pid,
+		    job && *job ? job : "-", fields);
 
 	if (n > GM_EVLINE_MAX - 2)
 		n = GM_EVLINE_MAX - 2; /* the command is last: cut it */
@@ -163,7 +166,8 @@ static void ev_append(int dirfd, const char *path, const char *event,
 	line = malloc(GM_EVLINE_MAX);
 	if (!line)
 		goto out;
-	n = ev_format(line, event, job, fields);
+	n = ev_format(line, event, (unsigned)geteuid(), (int)getpid(), job,
+		      fields);
 	fd = log_ready(dirfd, path, (size_t)n, &st);
 	if (fd >= 0) {
 		(void)!write(fd, line, (size_t)n);
@@ -203,7 +207,7 @@ static int ex_path(const char *lock_dir, const char *user_name)
 }
 
 void gm__ev_remember(const char *lock_dir, const char *user_name,
-		     const char *job, const struct gm_lease *l)
+		     const char *job, const struct gm_lease *l, pid_t pid)
 {
 	char list[GM_MAX_DEVICES * 4];
 
@@ -215,7 +219,7 @@ void gm__ev_remember(const char *lock_dir, const char *user_name,
 	fmt(ex.job, sizeof ex.job, "%s", job);
 	fmt(ex.fields, sizeof ex.fields, "lease=%016" PRIx64 " dev=%s",
 		 l->lease_id, list);
-	ex.pid = getpid();
+	ex.pid = pid;
 	ex.held = 1;
 }
 
@@ -257,6 +261,8 @@ void gm__ev_prepare(struct acq *a)
 	if (!gm__ev_enabled() || a->d.user < 0 || a->ev.fd >= 0)
 		return;
 	a->ev.fd = gm__track(log_ready(a->d.user, NULL, 0, &st));
+	a->ev.pid = getpid(); /* system calls both: not after the grant */
+	a->ev.uid = geteuid();
 	/* The exit record's path, now rather than after the grant (its
 	 * pages are written here first); not while an earlier lease of
 	 * this process still counts on it. */
@@ -274,7 +280,12 @@ static void claim_write(struct acq *a, const char *event)
 	struct stat st;
 	int n, saved = errno;
 
-	n = ev_format(a->ev.line, event, a->jobname, a->ev.fields);
+	if (!a->ev.pid) {
+		a->ev.pid = getpid();
+		a->ev.uid = geteuid();
+	}
+	n = ev_format(a->ev.line, event, a->ev.uid, a->ev.pid, a->jobname,
+		      a->ev.fields);
 	/* Rotated while we waited: once, the descriptor now is the
 	 * events.log.1 a reader reads too; twice, it is gone (no link). */
 	if (a->ev.fd >= 0 &&
@@ -322,8 +333,13 @@ static void acquired(struct acq *a, int rc, const struct gm_lease *out)
 
 	if (!gm__ev_enabled())
 		return;
+	if (!a->ev.pid) {
+		a->ev.pid = getpid();
+		a->ev.uid = geteuid();
+	}
 	if (rc == 0)
-		gm__ev_remember(a->cfg->lock_dir, a->d.user_name, a->jobname, out);
+		gm__ev_remember(a->cfg->lock_dir, a->d.user_name, a->jobname,
+				out, a->ev.pid);
 	/* A failure before the ticket (bad directory, a job that does not
 	 * fit its lease) is the caller's message, not an event in line. */
 	if (rc != 0 && !a->tk.seq)
