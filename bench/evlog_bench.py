@@ -25,7 +25,10 @@ issue's figures, and, in a second run, through exit(), whose exit
 record is then on the path. Each run is 100 hand-offs and 100
 uncontended acquires per side; the ratio is the median over the rounds
 of gpumutex's hand-off medians over that of flock's, the acquire the
-median of the rounds' medians."""
+median of the rounds' medians; "paired" is the median of the
+differences log on minus off of adjacent hand-offs (and acquires),
+as a share of the log-off figure, the estimate least moved by the
+machine's drift."""
 
 import os
 import shutil
@@ -90,10 +93,13 @@ def measure(prog, where, n, use_exit):
     for x in (d, d + "-u"):
         shutil.rmtree(x, ignore_errors=True)
     v = dict(line.split() for line in out.splitlines())
-    return {log: (float(v[f"handoff_gpumutex_log{log}_exit_median_us"]),
-                  float(v["handoff_flock_exit_median_us"]),
-                  float(v[f"acquire_uncontended_log{log}_median_us"]))
-            for log in (0, 1)}
+    res = {log: (float(v[f"handoff_gpumutex_log{log}_exit_median_us"]),
+                 float(v["handoff_flock_exit_median_us"]),
+                 float(v[f"acquire_uncontended_log{log}_median_us"]))
+           for log in (0, 1)}
+    res["delta"] = (float(v["handoff_log_paired_delta_median_us"]), 0.0,
+                    float(v["acquire_log_paired_delta_median_us"]))
+    return res
 
 
 def compare(where, sides, rounds, n):
@@ -102,15 +108,24 @@ def compare(where, sides, rounds, n):
     gpumutex's hand-off over the median of flock's: a single round's
     flock median is as noisy as the difference measured) and the median
     uncontended acquire."""
-    res = {(name, log): [] for name, _, _ in sides for log in (0, 1)}
+    res = {(name, log): [] for name, _, _ in sides for log in (0, 1, "delta")}
     for r in range(rounds):
         order = sides if r % 2 == 0 else sides[::-1]
         for name, prog, use_exit in order:
             for log, v in measure(prog, where, n, use_exit).items():
                 res[(name, log)].append(v)
     med = statistics.median
-    return {k: (med(g for g, _, _ in v) / med(f for _, f, _ in v),
-                med(a for _, _, a in v)) for k, v in res.items()}
+    out = {}
+    for (name, log), v in res.items():
+        if log == "delta":
+            # The paired differences as a share of the log-off side.
+            off = res[(name, 0)]
+            out[(name, log)] = (med(d for d, _, _ in v) / med(g for g, _, _ in off),
+                                med(a for _, _, a in v) / med(a for _, _, a in off))
+        else:
+            out[(name, log)] = (med(g for g, _, _ in v) / med(f for _, f, _ in v),
+                                med(a for _, _, a in v))
+    return out
 
 
 def pct(a, b):
@@ -145,15 +160,18 @@ def run(tmp, row, rounds=8, n=100):
             load = f.read().split()[0]
         for name, _, use_exit in sides:
             (r0, a0), (r1, a1) = med[(name, 0)], med[(name, 1)]
+            dr, da = med[(name, "delta")]
+            paired = f"paired {100 * dr:+.1f}%"
             if not use_exit:
                 row(f"event log on {kind}, {name}: hand-off ratio vs raw flock, log off / on",
                     f"{r0:.2f} / {r1:.2f}",
-                    f"({pct(r0, r1)}; limit +5%; {rounds} rounds of {n}, load {load})")
+                    f"({pct(r0, r1)}, {paired}; limit +5%; {rounds} rounds of {n}, load {load})")
                 row(f"event log on {kind}, {name}: uncontended acquire, log off / on",
-                    f"{a0:.0f} us / {a1:.0f} us", f"({pct(a0, a1)}; limit +10%)")
+                    f"{a0:.0f} us / {a1:.0f} us",
+                    f"({pct(a0, a1)}, paired {100 * da:+.1f}%; limit +10%)")
             else:
                 row(f"event log on {kind}, {name}: hand-off ratio, holder leaving through exit(), log off / on",
-                    f"{r0:.2f} / {r1:.2f}", f"({pct(r0, r1)})")
+                    f"{r0:.2f} / {r1:.2f}", f"({pct(r0, r1)}, {paired})")
 
 
 if __name__ == "__main__":

@@ -245,6 +245,25 @@ int main(int argc, char **argv)
 	}
 	if (uncontended(dir, rounds, ab, u))
 		return 1;
+	if (ab) {
+		/* Paired: log on minus log off of the same round (adjacent
+		 * in time), so that the machine's drift cancels. */
+		int64_t *dg = calloc((size_t)rounds, sizeof *dg);
+		int64_t *du = calloc((size_t)rounds, sizeof *du);
+
+		if (!dg || !du)
+			return 1;
+		for (int r = 0; r < rounds; r++) {
+			dg[r] = g[1][r] - g[0][r];
+			du[r] = u[1][r] - u[0][r];
+		}
+		printf("handoff_log_paired_delta_median_us %.1f\n",
+		       median(dg, rounds) / 1e3);
+		printf("acquire_log_paired_delta_median_us %.1f\n",
+		       median(du, rounds) / 1e3);
+		free(dg);
+		free(du);
+	}
 	for (int k = 0; k < sides; k++) {
 		const char *sfx = !ab ? "" : k ? "_log1" : "_log0";
 		int64_t gm, fl = median(f, rounds);
