@@ -102,6 +102,9 @@ $(B)/tests/%-san: tests/lease/%.c $(B)/liblease-san.a $(LEASE_HDR) tests/lease/t
 -include src/preload/module.mk
 -include src/offload/module.mk
 -include src/offload/policy.mk
+-include src/offload/cuda/module.mk
+-include bench/offload/module.mk
+-include tests/offload/cuda/xfer.mk
 
 sanitizer-tests: $(SAN_BINS)
 

@@ -41,7 +41,9 @@ import sys
 # in C expressions of the normalised call (m, n, k, nrhs; o0..o3 the
 # options in order, upper case). compare: val (compare values), vec
 # (vectors, defined up to a phase: not compared), piv (exact), lu (only
-# when the pivots agree).
+# when the pivots agree). beta_nz: beta is not zero (gemm, symm, hemm
+# read C only then: with beta = 0, C is a pure output, never copied in and
+# copied out straight into the caller's memory).
 
 class Op:
     def __init__(self, num, name, level, precs, fargs, flops, bufs=(),
@@ -75,7 +77,7 @@ OPS = [
        "2.0*m*n*k",
        [("a", "M", "o0=='N'?m:k", "o0=='N'?k:m", "1", "0", "val"),
         ("b", "M", "o1=='N'?k:n", "o1=='N'?n:k", "1", "0", "val"),
-        ("c", "M", "m", "n", "1", "1", "val")],
+        ("c", "M", "m", "n", "beta_nz", "1", "val")],
        cargs="layout transa:e transb:e m:i n:i k:i alpha:s a:a lda:ld b:a ldb:ld beta:s c:a ldc:ld",
        opts="NTC|NTC"),
     Op(2, "symm", L3, "sdcz",
@@ -83,7 +85,7 @@ OPS = [
        "2.0*(o0=='L'?m:n)*m*n",
        [("a", "M", "o0=='L'?m:n", "o0=='L'?m:n", "1", "0", "val"),
         ("b", "M", "m", "n", "1", "0", "val"),
-        ("c", "M", "m", "n", "1", "1", "val")],
+        ("c", "M", "m", "n", "beta_nz", "1", "val")],
        cargs="layout side:e uplo:e m:i n:i alpha:s a:a lda:ld b:a ldb:ld beta:s c:a ldc:ld",
        opts="LR|UL"),
     Op(3, "hemm", L3, "cz",
@@ -91,7 +93,7 @@ OPS = [
        "2.0*(o0=='L'?m:n)*m*n",
        [("a", "M", "o0=='L'?m:n", "o0=='L'?m:n", "1", "0", "val"),
         ("b", "M", "m", "n", "1", "0", "val"),
-        ("c", "M", "m", "n", "1", "1", "val")],
+        ("c", "M", "m", "n", "beta_nz", "1", "val")],
        cargs="layout side:e uplo:e m:i n:i alpha:s a:a lda:ld b:a ldb:ld beta:s c:a ldc:ld",
        opts="LR|UL"),
     Op(4, "syrk", L3, "sdcz",
@@ -422,7 +424,8 @@ def gen_ops(w):
              "#define k ((double)a->k)\n#define nrhs ((double)a->nrhs)\n"
              "#define o0 (a->opt[0])\n#define o1 (a->opt[1])\n"
              "#define o2 (a->opt[2])\n#define o3 (a->opt[3])\n"
-             "#define cplx (a->prec == 'c' || a->prec == 'z')\n")
+             "#define cplx (a->prec == 'c' || a->prec == 'z')\n"
+             "#define beta_nz (a->beta[0] != 0 || a->beta[1] != 0)\n")
     for op in OPS:
         w.append(f"static void describe_{op.name}(const struct gpo_args *a, struct gpo_shape *s)\n{{")
         w.append(f"\ts->flops = ({op.flops}) * (cplx ? 4.0 : 1.0);")
@@ -439,7 +442,7 @@ def gen_ops(w):
             w.append(f"\ts->b[{i}].has_ld = {1 if has_ld else 0};")
         w.append(f"\ts->gpu_ok = (uint8_t)({op.gpu_if});")
         w.append("}\n")
-    for x in ("m", "n", "k", "nrhs", "o0", "o1", "o2", "o3", "cplx"):
+    for x in ("m", "n", "k", "nrhs", "o0", "o1", "o2", "o3", "cplx", "beta_nz"):
         w.append(f"#undef {x}")
     w.append("\nconst struct gpo_opdesc gpo_opdesc[GPO_OP_MAX] = {")
     for op in OPS:

@@ -17,6 +17,22 @@
  * fork: a CUDA context does not survive fork(). Once the backend started,
  * a fork handler marks the child, which never touches the backend again
  * (not even to stop it) and stays on the CPU.
+ *
+ * The copy flow of one call, and its invariant: the caller's memory is
+ * unchanged unless every device step succeeded, except pure outputs
+ * (operands the operation writes without reading), which the CPU rerun
+ * then overwrites whole. Inputs go in with to_device; after the kernel,
+ * every operand that is both input and output is read back with
+ * GPO_BE_STAGE (into the backend's staging, the caller's memory
+ * untouched), then every pure output straight into the caller's memory
+ * (the rows of each column, at the caller's leading dimension: the
+ * padding between rows and ld is never written); only when all of that
+ * succeeded does commit() write the staged operands. On any failure,
+ * discard() drops what was staged and the call reruns on the CPU. No
+ * host memory is allocated per call. Verify mode (stage_only) instead
+ * reads every output into private packed buffers (x->stage, malloc'd:
+ * verify compares them with the CPU's results after the CPU ran on the
+ * untouched caller's memory).
  */
 #define _GNU_SOURCE
 #include "compat.h"
@@ -218,8 +234,49 @@ static void gpo__failed(struct gpo_fn *fn, int what)
 		     fn->name);
 }
 
-/* Caller holds gpo__lock. Device buffers in dev[], results in x->stage. */
-static int gpo__device_work(struct gpo_fn *fn, struct gpo_ctx *x, void **dev)
+/* Caller holds gpo__lock. Verify mode (stage_only): the results into
+ * x->stage, packed; else staged operands into the backend's staging and
+ * pure outputs into the caller's memory (see the header). */
+static int gpo__copy_out(struct gpo_fn *fn, struct gpo_ctx *x, void **dev,
+			 int stage_only)
+{
+	const struct gpo_backend *be = gpo__be;
+
+	/* Pass 0: operands that are also inputs (staged, or verify's
+	 * buffers); pass 1: pure outputs. Staged ones first, so that a
+	 * failure there leaves even the pure outputs alone. */
+	for (int pass = 0; pass < 2; pass++)
+		for (int i = 0; i < x->s.nbuf; i++) {
+			uint64_t es = gpo_elem_size(x, i);
+			uint64_t w = (uint64_t)x->s.b[i].rows * es;
+			uint64_t ld = (uint64_t)x->a.ld[i] * es;
+			uint64_t cols = (uint64_t)x->s.b[i].cols;
+			if (!dev[i] || !x->s.b[i].out || (x->s.b[i].in ? 1 : 0) == pass)
+				continue;
+			if (stage_only) {
+				x->stage[i] = malloc(w * cols);
+				if (!x->stage[i]) {
+					gpo__failed(fn, 0);
+					return GPO_R_FAIL_ALLOC;
+				}
+				if (be->to_host(x->stage[i], w, dev[i], ld, w, cols,
+						0) != 0)
+					goto fail;
+				continue;
+			}
+			if (be->to_host(x->a.buf[i], ld, dev[i], ld, w, cols,
+					pass ? 0 : GPO_BE_STAGE) != 0)
+				goto fail;
+		}
+	return 0;
+fail:
+	gpo__failed(fn, 3);
+	return GPO_R_FAIL_COPY;
+}
+
+/* Caller holds gpo__lock. Device buffers in dev[]. */
+static int gpo__device_work(struct gpo_fn *fn, struct gpo_ctx *x, void **dev,
+			    int stage_only)
 {
 	const struct gpo_backend *be = gpo__be;
 	struct gpo_kernel k;
@@ -275,26 +332,16 @@ static int gpo__device_work(struct gpo_fn *fn, struct gpo_ctx *x, void **dev)
 		return GPO_R_FAIL_KERNEL;
 	}
 	x->gpu_info = k.info;
-	if (k.info != 0 && !gpo_verify_mode)
+	if (k.info != 0 && !stage_only)
 		return -1;
 	t = gpo_now();
-	for (int i = 0; i < x->s.nbuf; i++) {
-		uint64_t es = gpo_elem_size(x, i);
-		uint64_t w = (uint64_t)x->s.b[i].rows * es;
-		if (!dev[i] || !x->s.b[i].out)
-			continue;
-		x->stage[i] = malloc(w * (uint64_t)x->s.b[i].cols);
-		if (!x->stage[i]) {
-			gpo__failed(fn, 0);
-			return GPO_R_FAIL_ALLOC;
-		}
-		if (be->to_host(x->stage[i], w, dev[i],
-				(uint64_t)x->a.ld[i] * es, w,
-				(uint64_t)x->s.b[i].cols, 0) != 0) {
-			gpo__failed(fn, 3);
-			return GPO_R_FAIL_COPY;
-		}
-	}
+	r = gpo__copy_out(fn, x, dev, stage_only);
+	if (r != 0)
+		return r;
+	/* Every device step succeeded: now, and only now, the operands
+	 * that are also inputs reach the caller's memory. */
+	if (!stage_only)
+		be->commit();
 	x->copy_out = gpo_now() - t;
 	return 0;
 }
@@ -311,7 +358,9 @@ int gpo_gpu_call(struct gpo_fn *fn, struct gpo_ctx *x, int stage_only)
 		pthread_mutex_unlock(&gpo__lock);
 		return GPO_R_NO_BACKEND;
 	}
-	rc = gpo__device_work(fn, x, dev);
+	rc = gpo__device_work(fn, x, dev, stage_only);
+	if (rc != 0)
+		gpo__be->discard();     /* the caller's in-out operands stay */
 	for (int i = 0; i < GPO_MAX_BUFS; i++)
 		if (dev[i])
 			gpo__be->release(dev[i]);
@@ -320,26 +369,11 @@ int gpo_gpu_call(struct gpo_fn *fn, struct gpo_ctx *x, int stage_only)
 		gpo_stage_free(x);
 		return rc;
 	}
-	if (!stage_only) {
-		/* Every device step succeeded: now, and only now, the
-		 * caller's memory. */
-		for (int i = 0; i < x->s.nbuf; i++) {
-			size_t es = gpo_elem_size(x, i);
-			size_t w = (size_t)x->s.b[i].rows * es;
-			if (!x->stage[i])
-				continue;
-			for (int64_t j = 0; j < x->s.b[i].cols; j++)
-				memcpy((char *)x->a.buf[i] +
-				       (size_t)j * (size_t)x->a.ld[i] * es,
-				       (char *)x->stage[i] + (size_t)j * w, w);
-		}
-		gpo_stage_free(x);
-		if (x->a.info) {
-			if (fn->int64)
-				*(int64_t *)x->a.info = 0;
-			else
-				*(int *)x->a.info = 0;
-		}
+	if (!stage_only && x->a.info) {
+		if (fn->int64)
+			*(int64_t *)x->a.info = 0;
+		else
+			*(int *)x->a.info = 0;
 	}
 	x->t0 = gpo_now() - t0;
 	return 0;

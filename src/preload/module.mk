@@ -44,11 +44,19 @@ $(B)/obj/preload/%.o: src/preload/%.c $(PRELOAD_HDR) $(LEASE_HDR)
 	@mkdir -p $(dir $@)
 	$(CC) $(PRELOAD_CFLAGS) -c -o $@ $<
 
-$(PRELOAD_WRAP_C) $(PRELOAD_WRAP_X): src/preload/driver-names.txt \
+# One run writes both files. A rule with both as targets would be two
+# rules to make, and under -j the two runs would move each other's
+# temporary files away (tests/test_make_parallel.py): the export list
+# follows the source, made again only when it alone is missing.
+PRELOAD_GEN = sh tools/gen-wrappers.sh src/preload/driver-names.txt \
+	    src/preload/driver-policy.txt $(PRELOAD_WRAP_C) $(PRELOAD_WRAP_X)
+$(PRELOAD_WRAP_C): src/preload/driver-names.txt \
 		src/preload/driver-policy.txt tools/gen-wrappers.sh
 	@mkdir -p $(B)/gen
-	sh tools/gen-wrappers.sh src/preload/driver-names.txt \
-	    src/preload/driver-policy.txt $(PRELOAD_WRAP_C) $(PRELOAD_WRAP_X)
+	$(PRELOAD_GEN)
+
+$(PRELOAD_WRAP_X): $(PRELOAD_WRAP_C)
+	@test -f $@ || $(PRELOAD_GEN)
 
 $(PRELOAD_WRAP_O): $(PRELOAD_WRAP_C) src/preload/wrap.h src/preload/resolve.h
 	@mkdir -p $(dir $@)

@@ -47,6 +47,7 @@ int gpc_cu_load(const char **why, char *why_buf, size_t why_len)
 		F(MemcpyDtoHAsync, "cuMemcpyDtoHAsync_v2"),
 		F(Memcpy2DAsync, "cuMemcpy2DAsync_v2"),
 		F(MemsetD8Async, "cuMemsetD8Async"),
+		F(MemsetD2D8Async, "cuMemsetD2D8Async"),
 		F(StreamCreate, "cuStreamCreate"),
 		F(StreamDestroy, "cuStreamDestroy_v2"),
 		F(StreamSynchronize, "cuStreamSynchronize"),

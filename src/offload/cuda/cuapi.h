@@ -76,6 +76,9 @@ struct gpc_cu {
 				 gpc_stream s);                /* cuMemcpy2DAsync_v2 */
 	gpc_res (*MemsetD8Async)(gpc_dptr p, unsigned char v, size_t n,
 				 gpc_stream s);                /* cuMemsetD8Async */
+	gpc_res (*MemsetD2D8Async)(gpc_dptr p, size_t pitch, unsigned char v,
+				   size_t width, size_t height,
+				   gpc_stream s);              /* cuMemsetD2D8Async */
 	gpc_res (*StreamCreate)(gpc_stream *s, unsigned flags); /* cuStreamCreate */
 	gpc_res (*StreamDestroy)(gpc_stream s);                /* cuStreamDestroy_v2 */
 	gpc_res (*StreamSynchronize)(gpc_stream s);            /* cuStreamSynchronize */

@@ -17,11 +17,47 @@
 
 #include "cuapi.h"
 
-/* Create the streams and host buffers copies need. 0 or -1. */
+/*
+ * How copies are made (tests and bench/offload/xfer_bench.c set them; the
+ * backend uses the defaults, gpc_xfer_start()). 0 in a field: its default.
+ */
+struct gpc_xfer_tune {
+	uint64_t chunk;         /* pinned staging chunk, bytes (16 MiB) */
+	int nbuf;               /* chunks in flight, 2..8 (3) */
+	int threads;            /* memcpy threads incl. the caller
+	                         * (gpc_xpool_default_threads: min(8, CPUs)) */
+	uint64_t reg_min;       /* register the caller's buffer (instead of
+	                         * staging) from this many bytes on;
+	                         * UINT64_MAX never (the default: measured) */
+	uint64_t keep;          /* staging for GPO_BE_STAGE results kept
+	                         * between calls, bytes (gpc_stage_keep()) */
+};
+
+/* Results staged with GPO_BE_STAGE are held in pinned host blocks that are
+ * kept across calls up to gpc_stage_keep() bytes in all (beyond it,
+ * released at the end of the call: such a call pays cuMemHostAlloc, about
+ * 0.6 ms per MiB, each time); gpc_xfer_trim releases blocks no call used
+ * in the last GPC_STAGE_IDLE_CALLS calls; gpc_xfer_idle (the backend's
+ * idle thread) and gpc_xfer_stop all of them (the policy stops the
+ * backend when it gives the GPU back). The bound:
+ * 1/32 of the machine's memory, at least GPC_STAGE_KEEP_MIN and at most
+ * GPC_STAGE_KEEP_MAX (4 GiB on a 128 GiB machine: an in-out dgemm
+ * operand of n = 16384 is 2 GiB). */
+#define GPC_STAGE_KEEP_MIN (256ull << 20)
+#define GPC_STAGE_KEEP_MAX (4ull << 30)
+#define GPC_STAGE_IDLE_CALLS 8
+uint64_t gpc_stage_keep(void);
+
+/* Create the streams and host buffers copies need: the copy stream,
+ * t->nbuf pinned chunks (cuMemHostAlloc) with an event each, and the
+ * worker threads (xpool.h). t NULL: the defaults. 0, or -1 with
+ * nothing left behind. Idempotent while started. */
+int gpc_xfer_start_tuned(const struct gpc_xfer_tune *t);
 int gpc_xfer_start(void);
 
 /* Release everything gpc_xfer_start and later copies made (staged
- * results are discarded). */
+ * results are discarded); the worker threads are joined before it
+ * returns. */
 void gpc_xfer_stop(void);
 
 /* Copy host -> device; returns once the data is on the device and `host`
@@ -42,7 +78,29 @@ void gpc_commit(void);
 /* Forget the staged results. */
 void gpc_discard(void);
 
-/* Release host buffers not used for a while (called between calls). */
+/* Release staging blocks no call used in the last GPC_STAGE_IDLE_CALLS
+ * calls, and all of them when they exceed the bound (does nothing while
+ * results are staged). gpc_commit and gpc_discard end with it, so a
+ * backend need not call it. */
 void gpc_xfer_trim(void);
+
+/* Release every staging block now, unless results are staged or a copy
+ * runs (then nothing); returns the number freed. For the backend's idle
+ * thread (pool.c), which calls it with the context current once the
+ * backend went unused for a while: the only entry point that may come
+ * from another thread than the frontend's call. */
+int gpc_xfer_idle(void);
+
+/* What the engine did, for tests and the bench. */
+struct gpc_xfer_stats {
+	uint64_t chunks;        /* chunk copies through pinned staging */
+	uint64_t direct;        /* copies straight from/to pinned memory */
+	uint64_t registered;    /* copies through a registered caller buffer */
+	uint64_t stage_bytes;   /* staging blocks held now, bytes */
+	int stage_blocks;
+	int stage_pinned;       /* of which pinned */
+	int threads;
+};
+void gpc_xfer_stats(struct gpc_xfer_stats *st);
 
 #endif

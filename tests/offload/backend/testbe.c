@@ -9,9 +9,16 @@
  *   GPU_OFFLOAD_TEST_JOURNAL=path  one line per event, appended:
  *                                  "start", "stop", "run <op> <prec> m n k
  *                                  nrhs int64 pid", "fail <step> <op>"
- *   GPU_OFFLOAD_TEST_FAIL=step[:N][,...]  make step fail (start, alloc,
- *                                  to_device, kernel, to_host): every
- *                                  time, or only its N-th call (from 1)
+ *   GPU_OFFLOAD_TEST_FAIL=step[@I][:N][,...]  make step fail (start,
+ *                                  alloc, to_device, kernel, to_host):
+ *                                  every time, or only its N-th call
+ *                                  (from 1); to_host@I: only copies of
+ *                                  operand I of the last kernel (counted
+ *                                  alone). A failing to_host first writes
+ *                                  garbage into the first row it would
+ *                                  have written (as a DMA cut short): the
+ *                                  caller's memory without GPO_BE_STAGE,
+ *                                  its own staging with it
  *   GPU_OFFLOAD_TEST_SLOW=us       every kernel takes this much longer
  *   GPU_OFFLOAD_TEST_CORRUPT=1     add 1 to the first element of each
  *                                  result (for verify mode's tests)
@@ -22,6 +29,11 @@
  *                                  libraries use host BLAS might)
  * Built with -DGPO_TEST_ABI=N it answers ABI version N instead (the
  * mismatch test).
+ *
+ * to_host with GPO_BE_STAGE copies into its own (malloc'd) staging and
+ * remembers the destination; commit() writes the destinations, discard()
+ * forgets them; the journal has a line "to_host <operand> <flags>" per
+ * copy, so that tests see which operands the frontend staged.
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -44,7 +56,9 @@ enum { S_START, S_ALLOC, S_TO_DEVICE, S_KERNEL, S_TO_HOST, S_N };
 static const char *const tb_step[S_N] = { "start", "alloc", "to_device",
 					  "kernel", "to_host" };
 static long tb_fail_at[S_N];    /* 0 never, -1 always, N: the N-th call */
+static int tb_fail_opnd[S_N];   /* -1 any operand, else only this one */
 static long tb_calls[S_N];
+static void *tb_last_buf[4];    /* the last kernel's operands */
 static long tb_slow_us;
 static int tb_corrupt;
 static uint64_t tb_mem_total = 16ull << 30, tb_mem_used;
@@ -105,12 +119,24 @@ static void tb_config(void)
 
 	memset(tb_fail_at, 0, sizeof tb_fail_at);
 	memset(tb_calls, 0, sizeof tb_calls);
+	for (int i = 0; i < S_N; i++)
+		tb_fail_opnd[i] = -1;
 	while (f && *f) {
 		for (int i = 0; i < S_N; i++) {
 			size_t len = strlen(tb_step[i]);
-			if (strncmp(f, tb_step[i], len) == 0 &&
-			    (f[len] == ':' || f[len] == ',' || !f[len]))
-				tb_fail_at[i] = f[len] == ':' ? tb_num(f + len + 1) : -1;
+			const char *o = f + len;
+			int opnd = -1;
+			if (strncmp(f, tb_step[i], len) != 0)
+				continue;
+			if (*o == '@') {
+				opnd = (int)tb_num(o + 1);
+				for (o++; *o >= '0' && *o <= '9'; o++) {
+				}
+			}
+			if (*o == ':' || *o == ',' || !*o) {
+				tb_fail_at[i] = *o == ':' ? tb_num(o + 1) : -1;
+				tb_fail_opnd[i] = opnd;
+			}
 		}
 		f = strchr(f, ',');
 		f = f ? f + 1 : NULL;
@@ -216,14 +242,57 @@ static int tb_to_device(void *dev, uint64_t dpitch, const void *host,
 	return 0;
 }
 
+/* Results staged by to_host(GPO_BE_STAGE), until commit or discard. */
+static struct tb_staged {
+	void *dst, *buf;
+	uint64_t dpitch, width, rows;
+} tb_st[8];
+static int tb_nst;
+
+static int tb_operand(const void *dev)
+{
+	for (int i = 0; i < 4; i++)
+		if (tb_last_buf[i] && tb_last_buf[i] == dev)
+			return i;
+	return -1;
+}
+
 static int tb_to_host(void *host, uint64_t dpitch, const void *dev,
 		      uint64_t spitch, uint64_t width, uint64_t rows,
 		      unsigned flags)
 {
-	(void)flags;    /* TODO(staging): the frontend does not stage yet */
-	if (tb_fails(S_TO_HOST))
+	int opnd = tb_operand(dev);
+	struct tb_staged *s = NULL;
+	void *dst = host;
+	uint64_t pitch = dpitch;
+
+	tb_log("to_host %d %u", opnd, flags);
+	if (flags & GPO_BE_STAGE) {
+		if (tb_nst == (int)(sizeof tb_st / sizeof tb_st[0]))
+			return -1;
+		s = &tb_st[tb_nst];
+		s->buf = malloc(width && rows ? width * rows : 1);
+		if (!s->buf)
+			return -1;
+		dst = s->buf;
+		pitch = width;
+	}
+	if ((tb_fail_opnd[S_TO_HOST] < 0 || tb_fail_opnd[S_TO_HOST] == opnd) &&
+	    tb_fails(S_TO_HOST)) {
+		if (rows && width)      /* a copy cut short */
+			memset(dst, 0x5a, width);
+		if (s)
+			free(s->buf);
 		return -1;
-	tb_copy(host, dpitch, dev, spitch, width, rows);
+	}
+	tb_copy(dst, pitch, dev, spitch, width, rows);
+	if (s) {
+		s->dst = host;
+		s->dpitch = dpitch;
+		s->width = width;
+		s->rows = rows;
+		tb_nst++;
+	}
 	return 0;
 }
 
@@ -249,6 +318,7 @@ static int tb_run(struct gpo_kernel *k)
 	tb_op = k->op;
 	if (k->size < sizeof *k)
 		return -1;
+	memcpy(tb_last_buf, k->buf, sizeof tb_last_buf);
 	tb_log("run %d %c %lld %lld %lld %lld %d %d", k->op, k->prec,
 	       (long long)k->m, (long long)k->n, (long long)k->k,
 	       (long long)k->nrhs, k->int64, (int)getpid());
@@ -275,12 +345,19 @@ static int tb_run(struct gpo_kernel *k)
 	return rc;
 }
 
-static void tb_commit(void)
-{
-}
-
 static void tb_discard(void)
 {
+	for (int i = 0; i < tb_nst; i++)
+		free(tb_st[i].buf);
+	tb_nst = 0;
+}
+
+static void tb_commit(void)
+{
+	for (int i = 0; i < tb_nst; i++)
+		tb_copy(tb_st[i].dst, tb_st[i].dpitch, tb_st[i].buf,
+			tb_st[i].width, tb_st[i].width, tb_st[i].rows);
+	tb_discard();
 }
 
 static const struct gpo_backend tb_api = {

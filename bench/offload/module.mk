@@ -1,0 +1,26 @@
+# bench/offload/module.mk - `make bench-offload`: gpu-offload against numpy's
+# own BLAS (and NVBLAS) on a GPU machine, every figure of docs/benchmarks.md
+# "gpu-offload on the H200" in one run (bench/offload/run.py).
+#
+# Included by the top-level Makefile. First the nanoseconds added to a small
+# call (bench-offload-small, src/offload/module.mk), then the harness, which
+# uses what `make all` built (libgpuoffload.so, the backend, gpu-offload,
+# libgpumutex.so, gpumutex, lease-holder) and builds nothing itself.
+#
+#   BENCH_OUT=DIR       report.md and results.json (default build/bench-offload)
+#   BENCH_BUDGET=S      seconds for the harness (default 400: with `make all`
+#                       it fits in 8 minutes on the H200)
+#   BENCH_ARGS=...      more options of run.py (--quick, --profile P,
+#                       --sections a,b, --reps R, --python PY, ...)
+# Without an NVIDIA GPU the harness runs its quick mode (the CPU test
+# backend, tiny sizes): the report then holds no figures.
+
+BENCH_OUT    ?= $(B)/bench-offload
+BENCH_BUDGET ?= 400
+BENCH_ARGS   ?=
+
+.PHONY: bench-offload
+# The small-call part after the build, never beside it under -j (timings).
+bench-offload: all
+	@$(MAKE) -s bench-offload-small
+	$(PYTHON) bench/offload/run.py --out $(BENCH_OUT) --budget $(BENCH_BUDGET) $(BENCH_ARGS)

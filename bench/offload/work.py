@@ -1,0 +1,197 @@
+#!/usr/bin/env python3
+"""The numpy workload of the gpu-offload benchmark (bench/offload/run.py).
+
+    work.py --ops OP:N[,OP:N...] [--warmup W] [--reps R]
+    work.py --ops OP:N --count C | --seconds T        (one timed loop)
+    work.py --ops OP:N --until-eof                    (loop until stdin EOF)
+    work.py ... --hold                                (then wait for EOF)
+
+Runs under whatever python has numpy (plain, under `gpu-offload run`, with
+NVBLAS preloaded: the caller decides) and prints ONE JSON line on stdout:
+per OP:N the seconds of each timed call (warm mode: W untimed calls, then
+R timed ones) or of the whole loop (loop mode: C calls, or as many as fit
+in T seconds, and the count, so that another process can run exactly as
+many), and which libraries were mapped into the process at the end:
+libcuda.so.1 (proof that cuInit cannot have happened when absent) and the
+gpu-offload backend (the GPU path started). Inputs are built before any
+timing and are the same in every process (fixed seed).
+
+OPs: dgemm sgemm (A @ B), solve (A X = B, B n x n), eigh, svd (full
+matrices: gesdd), cholesky, dgemm32 (the Fortran dgemm_ with 32-bit
+integers through ctypes' global lookup: what NVBLAS intercepts), mixed
+(one round of many small calls of every kind; N is ignored).
+"""
+import argparse
+import ctypes
+import json
+import sys
+import time
+
+import numpy as np
+
+
+def inputs(op, n):
+    rng = np.random.default_rng(16)
+    if op == "mixed":
+        return {k: rng.random((k, k)) for k in (8, 16, 24, 32, 48, 64, 200)}
+    dt = np.float32 if op == "sgemm" else np.float64
+    a = rng.random((n, n), dtype=dt)
+    if op in ("dgemm", "sgemm", "dgemm32"):
+        return (a, rng.random((n, n), dtype=dt))
+    if op == "solve":
+        a += n * np.eye(n)
+        return (a, rng.random((n, n)))
+    if op in ("eigh", "cholesky"):
+        # Symmetric, and diagonally dominant, so positive definite: cheap
+        # to build at any size (A @ A.T would cost a gemm of its own).
+        a = (a + a.T) / 2
+        a += n * np.eye(n)
+        return (a,)
+    if op == "svd":
+        return (a,)
+    raise SystemExit("work.py: unknown op %s" % op)
+
+
+def _dgemm32():
+    """dgemm_ by the global lookup (a preloaded NVBLAS answers it), with
+    LP64 integers; None when no loaded object defines it."""
+    try:
+        f = ctypes.CDLL(None).dgemm_
+    except AttributeError:
+        return None
+    f.restype = None
+    return f
+
+
+def call(op, x):
+    if op in ("dgemm", "sgemm"):
+        return x[0] @ x[1]
+    if op == "solve":
+        return np.linalg.solve(x[0], x[1])
+    if op == "eigh":
+        return np.linalg.eigh(x[0])
+    if op == "svd":
+        return np.linalg.svd(x[0])
+    if op == "cholesky":
+        return np.linalg.cholesky(x[0])
+    if op == "dgemm32":
+        a, b = x
+        n = a.shape[0]
+        c = np.empty((n, n), order="F")
+        f = DGEMM32
+        ni, one, zero = ctypes.c_int(n), ctypes.c_double(1), ctypes.c_double(0)
+        p = ctypes.c_void_p
+        f(b"N", b"N", ctypes.byref(ni), ctypes.byref(ni), ctypes.byref(ni),
+          ctypes.byref(one), p(a.ctypes.data), ctypes.byref(ni),
+          p(b.ctypes.data), ctypes.byref(ni), ctypes.byref(zero),
+          p(c.ctypes.data), ctypes.byref(ni), ctypes.c_size_t(1),
+          ctypes.c_size_t(1))
+        return c
+    if op == "mixed":
+        # One round: what a program of many small linear-algebra calls does.
+        m = x
+        m[64] @ m[64]
+        m[200] @ m[200]
+        m[8] @ m[8]
+        s = m[32] + 32 * np.eye(32)
+        np.linalg.solve(s, m[32])
+        np.linalg.inv(s)
+        h = (m[48] + m[48].T) / 2 + 48 * np.eye(48)
+        np.linalg.cholesky(h)
+        np.linalg.eigh((m[24] + m[24].T) / 2)
+        np.linalg.svd(m[16])
+        np.linalg.qr(m[32])
+        m[200][0] @ m[200]
+        return None
+    raise SystemExit("work.py: unknown op %s" % op)
+
+
+def maps():
+    try:
+        with open("/proc/self/maps") as f:
+            text = f.read()
+    except OSError:
+        return {}
+    libs = sorted({line.split()[-1] for line in text.splitlines()
+                   if "/" in line and ".so" in line})
+    return {
+        "libcuda": any("/libcuda.so" in p for p in libs),
+        "backend": [p for p in libs if "libgpuoffload-" in p],
+        "nvblas": any("libnvblas" in p for p in libs),
+    }
+
+
+DGEMM32 = None
+
+
+def main():
+    global DGEMM32
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--ops", required=True)
+    ap.add_argument("--warmup", type=int, default=1)
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--count", type=int)
+    ap.add_argument("--seconds", type=float)
+    ap.add_argument("--until-eof", action="store_true")
+    ap.add_argument("--hold", action="store_true")
+    a = ap.parse_args()
+    specs = []
+    for s in a.ops.split(","):
+        op, _, n = s.partition(":")
+        specs.append((op, int(n or 0)))
+    if any(op == "dgemm32" for op, _ in specs):
+        DGEMM32 = _dgemm32()
+        if DGEMM32 is None:
+            print(json.dumps({"error": "no dgemm_ in the global scope"}))
+            return 3
+    out = {"results": []}
+    for op, n in specs:
+        x = inputs(op, n)
+        r = {"op": op, "n": n}
+        if a.until_eof:
+            # Busy until the harness closes stdin; says once when the
+            # GPU path has started (the backend is mapped), so the
+            # harness can start a waiter against a holder for sure.
+            import select
+            said = False
+            calls = 0
+            while True:
+                call(op, x)
+                calls += 1
+                if not said and maps().get("backend"):
+                    print("gpu", flush=True)
+                    said = True
+                if select.select([sys.stdin], [], [], 0)[0]:
+                    if not sys.stdin.read(1):
+                        break
+            r["count"] = calls
+        elif a.count or a.seconds:
+            t = time.perf_counter()
+            c = 0
+            while (a.count and c < a.count) or \
+                  (not a.count and time.perf_counter() - t < a.seconds):
+                call(op, x)
+                c += 1
+            r["loop_s"] = time.perf_counter() - t
+            r["count"] = c
+        else:
+            for _ in range(a.warmup):
+                call(op, x)
+            ts = []
+            for _ in range(a.reps):
+                t = time.perf_counter()
+                call(op, x)
+                ts.append(time.perf_counter() - t)
+            r["times"] = ts
+        out["results"].append(r)
+        del x
+    if a.hold:
+        print("done", flush=True)
+        sys.stdin.read()
+    out["maps"] = maps()
+    print(json.dumps(out), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

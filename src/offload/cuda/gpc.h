@@ -1,0 +1,70 @@
+/*
+ * gpc.h - what the files of libgpuoffload-cuda.so share: the state start()
+ * made (context, stream, handles), the device-memory pool, the library
+ * lookup, and the two halves of run() (BLAS on cuBLAS, LAPACK on
+ * cuSOLVER). Everything here runs under the frontend's one-call-at-a-time
+ * lock (backend.h) with the backend's context current.
+ */
+#ifndef GPUOFFLOAD_GPC_H
+#define GPUOFFLOAD_GPC_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "backend.h"
+#include "blasapi.h"
+#include "cuapi.h"
+
+/* What start() made; valid between a successful start() and stop(). */
+struct gpc_state {
+	gpc_dev dev;
+	gpc_ctx ctx;            /* the device's primary context, retained */
+	gpc_stream stream;      /* compute: cuBLAS and cuSOLVER run on it */
+	gpc_cublas blas;
+	gpc_cusolver solver;
+	gpc_csparams params;
+	gpc_dptr dinfo;         /* a device int for cuSOLVER's info */
+};
+extern struct gpc_state gpc_st;
+
+/* libs.c: find and load cuBLAS and cuSOLVER, resolve gpc_bl. 0, or -1
+ * with the reason in *why (static or in why_buf). Idempotent. */
+int gpc_bl_load(const char **why, char *why_buf, size_t why_len);
+/* A function of the loaded cuBLAS / cuSOLVER by name, or NULL. */
+void *gpc_blas_sym(const char *name);
+void *gpc_solver_sym(const char *name);
+
+/* pool.c: device memory, cached across calls. */
+int gpc_pool_alloc(gpc_dptr *p, uint64_t bytes);     /* 0 or -1 */
+void gpc_pool_free(gpc_dptr p);
+uint64_t gpc_pool_cached(void);                      /* bytes held free */
+void gpc_pool_trim(uint64_t keep);                   /* free down to keep */
+int gpc_pool_start(void);           /* the idle thread; 0 or -1 */
+void gpc_pool_release_all(void);   /* stop: the thread, every buffer */
+
+/* blas3.c / lapack.c: one kernel each; 0, GPO_BE_UNSUPPORTED or -1. */
+int gpc_run_blas(struct gpo_kernel *k);
+int gpc_run_lapack(struct gpo_kernel *k);
+
+/* Shared by both halves. */
+int gpc_sync(void);                         /* the compute stream; 0/-1 */
+/* Element size of the precision; real_only: of its real type. */
+size_t gpc_esize(char prec, int real_only);
+/* cudaDataType of the precision (real_only: of its real type). */
+int gpc_dtype(char prec, int real_only);
+/* Upper-case precision letter, for the legacy names (cusolverDnDgetrf). */
+char gpc_P(char prec);
+/* The cuBLAS operation for an option letter (N, T, C) in this precision:
+ * C is T for real ones. */
+int gpc_op(char c, char prec);
+/* A device scratch of `bytes` (>= 1) from the pool, or 0. */
+gpc_dptr gpc_scratch(uint64_t bytes);
+/* Conjugate-transpose (transpose, for real) src (rows x cols, lds) into
+ * dst (cols x rows, ldd) on the compute stream. 0, -1 or UNSUPPORTED. */
+int gpc_transpose(char prec, int64_t rows, int64_t cols, gpc_dptr src,
+		  int64_t lds, gpc_dptr dst, int64_t ldd);
+/* trsm on device memory (for gels): 0, -1 or UNSUPPORTED. */
+int gpc_trsm(char prec, int side, int uplo, int trans, int diag, int64_t m,
+	     int64_t n, gpc_dptr a, int64_t lda, gpc_dptr b, int64_t ldb);
+
+#endif

@@ -1,0 +1,104 @@
+/*
+ * poolunit.c - the CUDA backend's device-memory pool (src/offload/cuda/
+ * pool.c) against a stand-in driver table: reuse of a released buffer,
+ * no reuse that wastes more than a quarter, the 1 GiB bound on cached
+ * buffers (oldest freed first), a failed allocation that frees the cache
+ * and succeeds on the retry, and everything freed at stop. Prints one
+ * line per check and "poolunit: ok"; exit status 1 on the first failure
+ * (tests/offload/test_offload_cuda.py runs it). The idle release (a
+ * thread and 5 s) is checked on the GPU (tests/offload/cuda/device.sh).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gpc.h"
+
+struct gpc_cu gpc_cu;
+struct gpc_state gpc_st;
+
+/* The idle thread also releases the copy engine's staging (xfer.h); the
+ * engine is not part of this test. */
+int gpc_xfer_idle(void);
+int gpc_xfer_idle(void)
+{
+	return 0;
+}
+
+static unsigned long long next = 0x1000000, dev_total = 2ull << 30, dev_used;
+static int allocs, frees;
+static struct { gpc_dptr p; size_t n; } live[64];
+
+static gpc_res fake_alloc(gpc_dptr *p, size_t n)
+{
+	if (dev_used + n > dev_total)
+		return 2;       /* CUDA_ERROR_OUT_OF_MEMORY */
+	for (int i = 0; i < 64; i++)
+		if (!live[i].p) {
+			live[i].p = next;
+			live[i].n = n;
+			*p = next;
+			next += n + 4096;
+			dev_used += n;
+			allocs++;
+			return 0;
+		}
+	return 2;
+}
+
+static gpc_res fake_free(gpc_dptr p)
+{
+	for (int i = 0; i < 64; i++)
+		if (live[i].p == p) {
+			dev_used -= live[i].n;
+			live[i].p = 0;
+			frees++;
+			return 0;
+		}
+	fprintf(stderr, "poolunit: cuMemFree of %#llx, not allocated\n", p);
+	exit(1);
+}
+
+#define CHECK(c, what) do { if (!(c)) { \
+	fprintf(stderr, "poolunit: FAIL: %s (%s)\n", what, #c); exit(1); } \
+	printf("poolunit: %s\n", what); } while (0)
+
+#define MB (1ull << 20)
+
+int main(void)
+{
+	gpc_dptr a, b, c, d;
+
+	gpc_cu.MemAlloc = fake_alloc;
+	gpc_cu.MemFree = fake_free;
+
+	CHECK(gpc_pool_alloc(&a, 10 * MB) == 0 && allocs == 1, "a first buffer is allocated");
+	gpc_pool_free(a);
+	CHECK(gpc_pool_cached() == 10 * MB && frees == 0, "a released buffer is kept");
+	CHECK(gpc_pool_alloc(&b, 10 * MB - 100) == 0 && b == a && allocs == 1,
+	      "and handed out again to a request it fits");
+	gpc_pool_free(b);
+	CHECK(gpc_pool_alloc(&c, 4 * MB) == 0 && c != a && allocs == 2,
+	      "but not to one it would fit with more than a quarter to spare");
+	gpc_pool_free(c);
+	gpc_pool_trim(0);
+	CHECK(gpc_pool_cached() == 0 && frees == 2, "trim(0) frees the cache");
+
+	CHECK(gpc_pool_alloc(&a, 400 * MB) == 0 && gpc_pool_alloc(&b, 400 * MB) == 0 &&
+	      gpc_pool_alloc(&c, 300 * MB) == 0, "three big buffers");
+	gpc_pool_free(a);
+	gpc_pool_free(b);
+	CHECK(frees == 2 && gpc_pool_cached() == 800 * MB, "two cached: 800 MiB, under the bound");
+	gpc_pool_free(c);
+	CHECK(frees == 3 && gpc_pool_cached() == 700 * MB,
+	      "a third beyond 1 GiB frees the oldest");
+
+	/* 2 GiB of device memory: 700 MiB cached, 1.5 GiB asked for. */
+	CHECK(gpc_pool_alloc(&d, 1536 * MB) == 0 && gpc_pool_cached() == 0 && frees == 5,
+	      "an allocation that fails frees the cache and succeeds on the retry");
+	CHECK(gpc_pool_alloc(&a, 1024 * MB) != 0, "one that still fails fails");
+	gpc_pool_release_all();
+	CHECK(dev_used == 0 && allocs == frees, "stop frees every buffer, handed out or not");
+	printf("poolunit: ok\n");
+	return 0;
+}

@@ -1,0 +1,417 @@
+/*
+ * xfertest.c - the copy engine (src/offload/cuda/xfer.c, xpool.c) against
+ * a driver: tests/offload/cuda/fakedev.c through LD_LIBRARY_PATH in CI
+ * (with failure injection), or the real libcuda.so.1 on a GPU machine
+ * (the same copies; the injected failures are skipped).
+ *
+ * Every copy is checked byte for byte, and so is every byte it must not
+ * touch: the padding between rows in the destination, and a staged
+ * destination before gpc_commit and after a failure or gpc_discard.
+ * Prints one line per failed check and "xfertest: N checks, M failed";
+ * exits 1 if any failed.
+ */
+#define _GNU_SOURCE
+#include <dirent.h>
+#include <dlfcn.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend.h"
+#include "xfer.h"
+
+static int checks, failed;
+static int base_tasks;          /* threads before the engine started (the
+                                 * real driver has its own) */
+static void (*ctl)(const char *, long);
+static long (*get)(const char *);
+
+#define CHECK(c, ...) do { checks++; if (!(c)) { failed++; \
+	printf("FAIL %s:%d: ", __FILE__, __LINE__); printf(__VA_ARGS__); \
+	printf("\n"); } } while (0)
+
+static unsigned long long rng = 88172645463325252ull;
+static unsigned char rnd(void)
+{
+	rng ^= rng << 13;
+	rng ^= rng >> 7;
+	rng ^= rng << 17;
+	return (unsigned char)(rng >> 24);
+}
+
+static unsigned char *hbuf(uint64_t bytes, int fill)
+{
+	unsigned char *p = malloc(bytes ? bytes : 1);
+
+	if (!p) {
+		printf("out of memory\n");
+		exit(2);
+	}
+	for (uint64_t i = 0; i < bytes; i++)
+		p[i] = fill < 0 ? rnd() : (unsigned char)fill;
+	return p;
+}
+
+/* Rows of dst (pitch dp) equal rows of src (pitch sp); dst's padding is
+ * `pad` (or unchecked if pad < 0). */
+static int same(const unsigned char *dst, uint64_t dp, const unsigned char *src,
+		uint64_t sp, uint64_t w, uint64_t rows, int pad)
+{
+	for (uint64_t r = 0; r < rows; r++) {
+		if (memcmp(dst + r * dp, src + r * sp, w))
+			return 0;
+		if (pad >= 0 && r + 1 < rows)
+			for (uint64_t i = w; i < dp; i++)
+				if (dst[r * dp + i] != pad)
+					return 0;
+	}
+	return 1;
+}
+
+static int all(const unsigned char *p, uint64_t n, int v)
+{
+	for (uint64_t i = 0; i < n; i++)
+		if (p[i] != v)
+			return 0;
+	return 1;
+}
+
+static gpc_dptr dalloc(uint64_t bytes)
+{
+	gpc_dptr d = 0;
+
+	if (gpc_cu.MemAlloc(&d, bytes ? bytes : 1)) {
+		printf("cuMemAlloc failed\n");
+		exit(2);
+	}
+	return d;
+}
+
+/* One round trip: host (pitch hp) -> device (pitch dp) -> host (pitch op),
+ * straight, staged + commit, staged + discard. */
+static void roundtrip(const char *cfg, uint64_t w, uint64_t rows, uint64_t hp,
+		      uint64_t dp, uint64_t op)
+{
+	uint64_t hn = (rows - 1) * hp + w, on = (rows - 1) * op + w;
+	unsigned char *in = hbuf(hn, -1), *out = hbuf(on, 0xa5);
+	gpc_dptr dev = dalloc((rows - 1) * dp + w);
+	int rc;
+
+	rc = gpc_h2d(dev, dp, in, hp, w, rows);
+	CHECK(rc == 0, "%s h2d w=%llu rows=%llu: %d", cfg,
+	      (unsigned long long)w, (unsigned long long)rows, rc);
+	if (get)        /* the fake's device memory is host memory */
+		CHECK(same((unsigned char *)(uintptr_t)dev, dp, in, hp, w, rows, 0xdd),
+		      "%s device bytes w=%llu rows=%llu", cfg,
+		      (unsigned long long)w, (unsigned long long)rows);
+	rc = gpc_d2h(out, op, dev, dp, w, rows, 0);
+	CHECK(rc == 0 && same(out, op, in, hp, w, rows, 0xa5),
+	      "%s d2h w=%llu rows=%llu hp=%llu dp=%llu op=%llu", cfg,
+	      (unsigned long long)w, (unsigned long long)rows,
+	      (unsigned long long)hp, (unsigned long long)dp,
+	      (unsigned long long)op);
+	memset(out, 0xa5, on);
+	rc = gpc_d2h(out, op, dev, dp, w, rows, GPO_BE_STAGE);
+	CHECK(rc == 0 && all(out, on, 0xa5), "%s staged d2h wrote early "
+	      "w=%llu rows=%llu", cfg, (unsigned long long)w,
+	      (unsigned long long)rows);
+	gpc_commit();
+	CHECK(same(out, op, in, hp, w, rows, 0xa5), "%s commit w=%llu rows=%llu",
+	      cfg, (unsigned long long)w, (unsigned long long)rows);
+	memset(out, 0xa5, on);
+	rc = gpc_d2h(out, op, dev, dp, w, rows, GPO_BE_STAGE);
+	gpc_discard();
+	gpc_commit();   /* nothing left to commit */
+	CHECK(rc == 0 && all(out, on, 0xa5), "%s discard w=%llu", cfg,
+	      (unsigned long long)w);
+	(void)gpc_cu.MemFree(dev);
+	free(in);
+	free(out);
+}
+
+static void shapes(const char *cfg, uint64_t ch)
+{
+	roundtrip(cfg, 1, 1, 1, 1, 1);
+	roundtrip(cfg, ch - 1, 1, ch - 1, ch - 1, ch - 1);
+	roundtrip(cfg, ch, 1, ch, ch, ch);
+	roundtrip(cfg, ch + 1, 1, ch + 1, ch + 1, ch + 1);
+	roundtrip(cfg, 3 * ch + 17, 3, 3 * ch + 40, 3 * ch + 24, 4 * ch);
+	roundtrip(cfg, 100, ch / 100, 100, 100, 100);
+	roundtrip(cfg, 100, ch / 100 + 1, 108, 128, 104);
+	roundtrip(cfg, 24, 5 * ch / 24 + 3, 40, 24, 32);      /* odd widths */
+	roundtrip(cfg, 13, 3 * (ch / 13) + 5, 13, 16, 21);   /* more rows than a chunk holds */
+	roundtrip(cfg, ch / 2 + 3, 7, ch / 2 + 3, ch, ch / 2 + 11);
+	roundtrip(cfg, 8 * 37, 1000, 8 * 41, 8 * 40, 8 * 37);
+}
+
+/* Threads of this process (the engine's workers must be gone after stop). */
+static int ntasks_now(void)
+{
+	DIR *d = opendir("/proc/self/task");
+	struct dirent *e;
+	int n = 0;
+
+	if (!d)
+		return -1;
+	while ((e = readdir(d)))
+		n += e->d_name[0] != '.';
+	closedir(d);
+	return n;
+}
+
+/* A joined thread can stay listed in /proc for a moment after
+ * pthread_join returned (the kernel wakes the joiner before it removes
+ * the task), so a count above the one before the engine started is read
+ * again a bounded number of times;
+ * a thread that was never joined stays and fails the check. */
+static int ntasks(void)
+{
+	int n = ntasks_now();
+
+	for (int i = 0; i < 100000 && n > base_tasks; i++) {
+		sched_yield();
+		n = ntasks_now();
+	}
+	return n;
+}
+
+static void start(const char *cfg, uint64_t chunk, int nbuf, int threads,
+		  uint64_t reg_min, uint64_t keep)
+{
+	struct gpc_xfer_tune t = { chunk, nbuf, threads, reg_min, keep };
+	struct gpc_xfer_stats st;
+
+	CHECK(gpc_xfer_start_tuned(&t) == 0, "%s start", cfg);
+	gpc_xfer_stats(&st);
+	CHECK(threads <= 0 || st.threads == threads, "%s threads %d", cfg,
+	      st.threads);
+	CHECK(ntasks_now() == base_tasks + st.threads - 1, "%s: %d tasks, "
+	      "%d threads, %d before", cfg, ntasks_now(), st.threads, base_tasks);
+}
+
+static void stop(const char *cfg)
+{
+	gpc_xfer_stop();
+	CHECK(ntasks() == base_tasks, "%s: %d threads after stop (%d before)",
+	      cfg, ntasks(), base_tasks);
+	if (get)
+		CHECK(get("pinned") == 0 && get("registered") == 0,
+		      "%s: pinned %ld registered %ld after stop", cfg,
+		      get("pinned"), get("registered"));
+}
+
+/* gpc_xfer_idle from another thread, as the backend's idle thread calls it. */
+static void *idle_thread(void *arg)
+{
+	*(int *)arg = gpc_xfer_idle();
+	return NULL;
+}
+
+static int idle_elsewhere(void)
+{
+	pthread_t t;
+	int freed = -1;
+
+	if (pthread_create(&t, NULL, idle_thread, &freed) == 0)
+		pthread_join(t, NULL);
+	return freed;
+}
+
+/* Injected failures (the fake only). */
+static void failures(void)
+{
+	const uint64_t ch = 4096, w = 1000, rows = 20, p = 1024;
+	unsigned char *in = hbuf(rows * p, -1), *out = hbuf(rows * p, 0xa5);
+	unsigned char *out2 = hbuf(rows * p, 0xa5);
+	gpc_dptr dev = dalloc(rows * p), dev2 = dalloc(rows * p);
+	struct gpc_xfer_stats st;
+	int rc;
+
+	start("fail", ch, 2, 2, 0, 0);
+	CHECK(gpc_h2d(dev, p, in, p, w, rows) == 0, "fail: h2d");
+	CHECK(gpc_h2d(dev2, p, in, p, w, rows) == 0, "fail: h2d 2");
+	for (long n = 1; n <= 6; n++) {
+		const char *kind = n % 2 ? "fail_copy" : "fail_exec";
+		ctl(kind, (n + 1) / 2);
+		rc = gpc_h2d(dev, p, in, p, w, rows);
+		CHECK(rc == -1, "fail: h2d with %s %ld: %d", kind, (n + 1) / 2, rc);
+		ctl(kind, 0);
+		CHECK(gpc_h2d(dev, p, in, p, w, rows) == 0, "fail: h2d after %s", kind);
+		/* A failed staged copy leaves the destination alone, and so do
+		 * commit and discard afterwards. */
+		ctl(kind, 1);   /* a staged copy is one DMA */
+		rc = gpc_d2h(out, p, dev, p, w, rows, GPO_BE_STAGE);
+		ctl(kind, 0);
+		CHECK(rc == -1 && all(out, rows * p, 0xa5), "fail: staged %s: %d",
+		      kind, rc);
+		gpc_commit();
+		CHECK(all(out, rows * p, 0xa5), "fail: commit after a failed stage");
+		/* Two staged results, the second fails: the frontend discards
+		 * both. */
+		CHECK(gpc_d2h(out, p, dev, p, w, rows, GPO_BE_STAGE) == 0, "stage 1");
+		ctl(kind, 1);
+		rc = gpc_d2h(out2, p, dev2, p, w, rows, GPO_BE_STAGE);
+		ctl(kind, 0);
+		CHECK(rc == -1, "fail: second stage %s", kind);
+		gpc_discard();
+		CHECK(all(out, rows * p, 0xa5) && all(out2, rows * p, 0xa5),
+		      "fail: discard after a failed second stage (%s)", kind);
+		/* Straight d2h fails too (the destination may be partly
+		 * written: pure outputs only). */
+		ctl(kind, (n + 1) / 2);
+		rc = gpc_d2h(out2, p, dev, p, w, rows, 0);
+		ctl(kind, 0);
+		CHECK(rc == -1, "fail: d2h with %s: %d", kind, rc);
+		memset(out2, 0xa5, rows * p);
+	}
+	/* After all that the engine still copies right. */
+	CHECK(gpc_d2h(out, p, dev, p, w, rows, 0) == 0 &&
+	      same(out, p, in, p, w, rows, 0xa5), "fail: d2h afterwards");
+	stop("fail");
+
+	/* No pinned memory for staging: plain blocks, same results. */
+	start("nopin", ch, 3, 2, 0, 0);
+	ctl("fail_hostalloc", 1);
+	memset(out, 0xa5, rows * p);
+	CHECK(gpc_d2h(out, p, dev, p, w, rows, GPO_BE_STAGE) == 0 &&
+	      all(out, rows * p, 0xa5), "nopin: stage");
+	gpc_xfer_stats(&st);
+	CHECK(st.stage_blocks == 1 && st.stage_pinned == 0, "nopin: %d blocks, "
+	      "%d pinned", st.stage_blocks, st.stage_pinned);
+	gpc_commit();
+	CHECK(same(out, p, in, p, w, rows, 0xa5), "nopin: commit");
+	ctl("fail_hostalloc", 0);
+	stop("nopin");
+	ctl("fail_hostalloc", 1);
+	CHECK(gpc_xfer_start() == -1, "start without pinned memory must fail");
+	ctl("fail_hostalloc", 0);
+	CHECK(ntasks() == base_tasks && get("pinned") == 0, "failed start left %d "
+	      "threads, %ld pinned", ntasks(), get("pinned"));
+
+	/* Registration: used from reg_min on; refused -> staged instead. */
+	start("reg", ch, 3, 2, 4096, 0);
+	memset(out, 0xa5, rows * p);
+	CHECK(gpc_h2d(dev2, p, in, p, w, rows) == 0 &&
+	      gpc_d2h(out, p, dev2, p, w, rows, 0) == 0 &&
+	      same(out, p, in, p, w, rows, 0xa5), "reg: round trip");
+	gpc_xfer_stats(&st);
+	CHECK(st.registered == 2 && get("registered") == 0, "reg: %llu "
+	      "registered, %ld left", (unsigned long long)st.registered,
+	      get("registered"));
+	ctl("fail_register", 1);
+	memset(out, 0xa5, rows * p);
+	CHECK(gpc_h2d(dev2, p, in, p, w, rows) == 0 &&
+	      gpc_d2h(out, p, dev2, p, w, rows, 0) == 0 &&
+	      same(out, p, in, p, w, rows, 0xa5), "reg refused: round trip");
+	ctl("fail_register", 0);
+	stop("reg");
+
+	/* The staging bound and trim. */
+	start("keep", ch, 2, 1, 0, 4ull << 20);
+	CHECK(gpc_d2h(out, p, dev, p, w, rows, GPO_BE_STAGE) == 0, "keep: stage");
+	gpc_commit();
+	gpc_xfer_stats(&st);
+	CHECK(st.stage_blocks == 1, "keep: block kept (%d)", st.stage_blocks);
+	long allocs = get("hostallocs");
+	for (int i = 0; i < 3; i++) {
+		CHECK(gpc_d2h(out, p, dev, p, w, rows, GPO_BE_STAGE) == 0, "keep: again");
+		gpc_commit();
+		gpc_xfer_trim();
+	}
+	CHECK(get("hostallocs") == allocs, "keep: staging reused (%ld allocs)",
+	      get("hostallocs") - allocs);
+	{       /* beyond the bound: released at the end of the call */
+		uint64_t big = 5ull << 20;
+		unsigned char *bi = hbuf(big, -1), *bo = hbuf(big, 0);
+		gpc_dptr bd = dalloc(big);
+		CHECK(gpc_h2d(bd, big, bi, big, big, 1) == 0 &&
+		      gpc_d2h(bo, big, bd, big, big, 1, GPO_BE_STAGE) == 0,
+		      "keep: big stage");
+		gpc_commit();
+		CHECK(!memcmp(bi, bo, big), "keep: big commit");
+		gpc_xfer_stats(&st);
+		CHECK(st.stage_bytes <= (4ull << 20), "keep: %llu bytes kept",
+		      (unsigned long long)st.stage_bytes);
+		(void)gpc_cu.MemFree(bd);
+		free(bi);
+		free(bo);
+	}
+	CHECK(gpc_d2h(out, p, dev, p, w, rows, GPO_BE_STAGE) == 0, "keep: small");
+	gpc_commit();
+	for (int i = 0; i < GPC_STAGE_IDLE_CALLS; i++) {   /* calls that stage nothing else */
+		CHECK(gpc_d2h(out2, p, dev, p, w, 1, GPO_BE_STAGE) == 0, "idle");
+		gpc_discard();
+	}
+	gpc_xfer_trim();
+	gpc_xfer_stats(&st);
+	CHECK(st.stage_blocks == 1, "trim: %d blocks (the used one stays)",
+	      st.stage_blocks);
+	/* Idle release: not while results are staged, else every block. */
+	memset(out, 0xa5, rows * p);
+	CHECK(gpc_d2h(out, p, dev, p, w, rows, GPO_BE_STAGE) == 0, "idle: stage");
+	CHECK(idle_elsewhere() == 0, "idle freed blocks under staged results");
+	gpc_commit();
+	CHECK(same(out, p, in, p, w, rows, 0xa5), "idle: commit after idle");
+	CHECK(idle_elsewhere() >= 1, "idle freed nothing");
+	gpc_xfer_stats(&st);
+	CHECK(st.stage_blocks == 0 && get("pinned") == 2, "idle: %d blocks, "
+	      "%ld pinned (the two chunks)", st.stage_blocks, get("pinned"));
+	stop("keep");
+	(void)gpc_cu.MemFree(dev);
+	(void)gpc_cu.MemFree(dev2);
+	free(in);
+	free(out);
+	free(out2);
+}
+
+int main(void)
+{
+	const char *why = NULL;
+	char buf[128];
+	void *fake;
+	gpc_ctx ctx;
+	gpc_dev d;
+
+	if (gpc_cu_load(&why, buf, sizeof buf) != 0) {
+		printf("xfertest: %s\n", why);
+		return 2;
+	}
+	if (gpc_cu.Init(0) || gpc_cu.DeviceGet(&d, 0) ||
+	    gpc_cu.PrimaryCtxRetain(&ctx, d) || gpc_cu.CtxPushCurrent(ctx)) {
+		printf("xfertest: no CUDA context\n");
+		return 2;
+	}
+	base_tasks = ntasks_now();
+	fake = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+	if (fake) {
+		ctl = (void (*)(const char *, long))dlsym(fake, "fakedev_ctl");
+		get = (long (*)(const char *))dlsym(fake, "fakedev_get");
+		if (!ctl || !get)
+			ctl = NULL, get = NULL;
+	}
+	start("4k/2", 4096, 2, 1, 0, 0);
+	shapes("4k/2", 4096);
+	stop("4k/2");
+	start("4k/3", 4096, 3, 3, 0, 0);
+	shapes("4k/3", 4096);
+	stop("4k/3");
+	start("1M/3/t4", 1 << 20, 3, 4, 0, 0);
+	shapes("1M/3/t4", 1 << 20);
+	stop("1M/3/t4");
+	start("reg", 4096, 3, 2, 1, 0);
+	shapes("reg", 4096);
+	stop("reg");
+	if (!get) {     /* a real GPU: the defaults too */
+		start("default", 0, 0, 0, 0, 0);
+		shapes("default", 16u << 20);
+		stop("default");
+	} else {
+		failures();
+		CHECK(get("bad") == 0, "%ld copies out of bounds", get("bad"));
+	}
+	printf("xfertest: %s driver, %d checks, %d failed\n",
+	       get ? "fake" : "real", checks, failed);
+	return failed ? 1 : 0;
+}
