@@ -263,8 +263,8 @@ def test_claim_opens_its_log_before_it_waits(built, lockdir, journal):
     """The grant's record costs no open on the hand-off path: a waiter
     has its log open while it sleeps in line (and only then), and its
     grant is recorded even when the file it opened was rotated away
-    meanwhile (once: the record is in events.log.1; twice: that file is
-    gone, so the record goes to a new events.log)."""
+    meanwhile (once, below the limit: the record is in events.log.1;
+    twice: that file is gone, so the record goes to a new events.log)."""
     env = jobs.job_env(lockdir, journal, devices="0")
     d = jobs.job_dir(lockdir)
     log, old = os.path.join(d, "events.log"), os.path.join(d, "events.log.1")
