@@ -191,14 +191,30 @@ void gm__ev_write(int userfd, const char *event, const char *job,
  * the reader takes the last such record of a lease as its end when no
  * successor was woken by it earlier (docs/report.md, "Ends"). A member
  * killed by a signal, or leaving through _exit, writes nothing.
+ *
+ * The destructor runs before the lease's descriptors close (the kernel
+ * closes them after it), so whatever it does, the next waiter waits
+ * for. It does one fstat and one write: the log descriptor is the
+ * lease's (the claim's, kept at the grant: `fd`, O_CLOEXEC, shared with
+ * forked children like the lease's own descriptors, closed when the
+ * lease is given back) and the record is formatted at the grant except
+ * its two clock readings (`tail`). Only when that descriptor is gone,
+ * rotated away or full, or in a forked child (another pid), is the
+ * record written by path as before.
  * Static, not on the stack nor the heap: destructors run late. */
 static struct {
 	int held;
+	int fd;                 /* the lease's log descriptor; -1: none */
 	pid_t pid;
+	uint64_t lease_id;
+	uint64_t max;           /* log_max(), read at the grant */
+	int ntail;
 	char path[4096 + GM_JOB_MAX + 96];
 	char job[GM_JOB_MAX + 1];
 	char fields[GM_MAX_DEVICES * 4 + 64];
-} ex;
+	char tail[GM_EVLINE_MAX]; /* " uid=... pid=... job=... lease=... dev=...\n" */
+	char line[GM_EVLINE_MAX];
+} ex = { .fd = -1 };
 
 static int ex_path(const char *lock_dir, const char *user_name)
 {
@@ -207,7 +223,8 @@ static int ex_path(const char *lock_dir, const char *user_name)
 }
 
 void gm__ev_remember(const char *lock_dir, const char *user_name,
-		     const char *job, const struct gm_lease *l, pid_t pid)
+		     const char *job, const struct gm_lease *l, pid_t pid,
+		     unsigned uid)
 {
 	char list[GM_MAX_DEVICES * 4];
 
@@ -219,30 +236,116 @@ void gm__ev_remember(const char *lock_dir, const char *user_name,
 	fmt(ex.job, sizeof ex.job, "%s", job);
 	fmt(ex.fields, sizeof ex.fields, "lease=%016" PRIx64 " dev=%s",
 		 l->lease_id, list);
+	/* The line after "gm1 exit t=... mono=...", as ev_format makes it. */
+	ex.ntail = fmt(ex.tail, sizeof ex.tail, " uid=%u pid=%d job=%s %s\n",
+		       uid, (int)pid,
+		       job && *job ? job : "-", ex.fields);
+	if (ex.tail[ex.ntail - 1] != '\n')
+		ex.ntail = 0; /* cut: never, the fields are short; by path then */
+	ex.max = log_max();
+	ex.lease_id = l->lease_id;
 	ex.pid = pid;
 	ex.held = 1;
 }
 
-void gm__ev_gave_back(void)
+/* The lease's log descriptor from now on is `fd` (a claim's, untracked
+ * like the lease's own descriptors): the previous one, if any, closed.
+ * Exchanged atomically, so that two threads granted at once close each
+ * descriptor once and never one that is no longer ours. */
+static void ex_adopt(int fd)
+{
+	int old = __atomic_exchange_n(&ex.fd, fd, __ATOMIC_ACQ_REL);
+
+	if (old >= 0 && old != fd)
+		close(old);
+}
+
+/* Decimal digits of v at p; returns the end. */
+static char *put_u64(char *p, uint64_t v)
+{
+	char d[20];
+	int n = 0;
+
+	do
+		d[n++] = (char)('0' + v % 10);
+	while ((v /= 10) && n < 20);
+	while (n)
+		*p++ = d[--n];
+	return p;
+}
+
+/* The exit record through the lease's descriptor `fd`, with `why` (""
+ * or " why=..."): 0 when written, -1 when it must go by path (the file
+ * rotated away or full, or the record is not ready). */
+static int ex_write(int fd, const char *why)
+{
+	static const char head[] = "gm1 exit t=";
+	struct stat st;
+	size_t nw = strlen(why);
+	char *p = ex.line;
+	int64_t t = gm__real_ns(), m = gm__mono_ns();
+
+	if (fd < 0 || ex.ntail == 0 || getpid() != ex.pid ||
+	    sizeof head + 2 * 20 + 6 + nw + (size_t)ex.ntail > sizeof ex.line)
+		return -1;
+	memcpy(p, head, sizeof head - 1);
+	p = put_u64(p + sizeof head - 1, t < 0 ? 0 : (uint64_t)t);
+	memcpy(p, " mono=", 6);
+	p = put_u64(p + 6, m < 0 ? 0 : (uint64_t)m);
+	memcpy(p, ex.tail, (size_t)ex.ntail - 1); /* its newline after why */
+	p += ex.ntail - 1;
+	memcpy(p, why, nw);
+	p += nw;
+	*p++ = '\n';
+	/* As a claim's record (claim_write): rotated once, this is the
+	 * events.log.1 a reader reads too; twice, unlinked; or full. */
+	if (gm__fstat(fd, &st) != 0 || st.st_nlink != 1 ||
+	    (uint64_t)st.st_size + (uint64_t)(p - ex.line) > ex.max)
+		return -1;
+	(void)!write(fd, ex.line, (size_t)(p - ex.line));
+	return 0;
+}
+
+void gm__ev_gave_back(const struct gm_lease *l)
 {
 	char f[sizeof ex.fields + 32];
+	int fd, saved = errno;
 
 	/* Leaving the lease before exit is, for the lease, what exit() is:
 	 * the same record, marked, and none again at exit (unless the
-	 * process takes a lease again, gm__ev_remember). */
-	if (!ex.held || ex.pid != getpid())
+	 * process takes a lease again, gm__ev_remember). Another lease of
+	 * this process than the one the record is about: nothing. */
+	if (!ex.held || ex.lease_id != l->lease_id)
 		return;
-	fmt(f, sizeof f, "%s why=give-back", ex.fields);
-	ev_append(-1, ex.path, "exit", ex.job, f);
-	ex.held = 0;
+	fd = __atomic_exchange_n(&ex.fd, -1, __ATOMIC_ACQ_REL);
+	if (ex.pid == getpid()) {
+		if (ex_write(fd, " why=give-back") != 0) {
+			fmt(f, sizeof f, "%s why=give-back", ex.fields);
+			ev_append(-1, ex.path, "exit", ex.job, f);
+		}
+		ex.held = 0;
+	}
+	if (fd >= 0)
+		close(fd); /* the lease's, given back with it */
+	errno = saved;
 }
 
 __attribute__((destructor)) static void gm__ev_at_exit(void)
 {
+	int fd, saved = errno;
+
 	/* Also in forked children, which share the lease: the last of the
 	 * processes to go is what ends it. */
-	if (ex.held)
+	if (!ex.held)
+		return;
+	fd = __atomic_exchange_n(&ex.fd, -1, __ATOMIC_ACQ_REL);
+	if (ex_write(fd, "") != 0)
 		ev_append(-1, ex.path, "exit", ex.job, ex.fields);
+	/* Closed, not left to the exit: the destructor also runs when the
+	 * library is unloaded from a process that goes on. */
+	if (fd >= 0)
+		close(fd);
+	errno = saved;
 }
 
 /* ---- A claim's records (called from lease.c and grant.c) ---------------
@@ -339,7 +442,7 @@ static void acquired(struct acq *a, int rc, const struct gm_lease *out)
 	}
 	if (rc == 0)
 		gm__ev_remember(a->cfg->lock_dir, a->d.user_name, a->jobname,
-				out, a->ev.pid);
+				out, a->ev.pid, a->ev.uid);
 	/* A failure before the ticket (bad directory, a job that does not
 	 * fit its lease) is the caller's message, not an event in line. */
 	if (rc != 0 && !a->tk.seq)
@@ -395,6 +498,14 @@ void gm__ev_acquired(struct acq *a, int rc, const struct gm_lease *out)
 	int saved = errno;
 
 	acquired(a, rc, out);
+	if (rc == 0 && ex.held && ex.pid == a->ev.pid &&
+	    ex.lease_id == out->lease_id) {
+		/* Kept: the lease's from now on, for its exit record (none:
+		 * that record goes by path; an earlier lease's is closed). */
+		gm__untrack(a->ev.fd);
+		ex_adopt(a->ev.fd);
+		a->ev.fd = -1;
+	}
 	if (a->ev.fd >= 0) {
 		gm__close(a->ev.fd);
 		a->ev.fd = -1;

@@ -59,14 +59,19 @@ void gm__ev_write(int userfd, const char *event, const char *job,
 /* 1 when the log is on (GPUMUTEX_LOG is not "0"). */
 int gm__ev_enabled(void);
 
-/* This process gave its lease back before exiting (gm_lease_release):
- * its exit record now, marked why=give-back, and none at exit. */
-void gm__ev_gave_back(void);
+/* This process gave lease *l back before exiting (gm_lease_release, its
+ * descriptors closed): its exit record now, marked why=give-back, and
+ * none at exit; the lease's log descriptor closed. Nothing when *l is
+ * not the lease the exit record is about. errno is preserved. */
+void gm__ev_gave_back(const struct gm_lease *l);
 
 /* Remember lease *l of job `job` (lock directory `lock_dir`, user
  * directory `user_name` in job/) for the exit record of process `pid`
- * (ours: passed in, read before the grant). */
+ * with effective uid `uid` (ours: passed in, read before the grant):
+ * the record formatted now but for its times. gm__ev_acquired then
+ * keeps the claim's log descriptor as the lease's, for that record. */
 void gm__ev_remember(const char *lock_dir, const char *user_name,
-		     const char *job, const struct gm_lease *l, pid_t pid);
+		     const char *job, const struct gm_lease *l, pid_t pid,
+		     unsigned uid);
 
 #endif
