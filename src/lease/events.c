@@ -13,7 +13,9 @@
  * - Written after the ticket and the job lock are released (lease.c), so
  *   no waiter ever waits for a log write, and through a descriptor opened
  *   before the claim may wait, so that no open (and its path lookup)
- *   delays the granted claim's return either.
+ *   delays the granted claim's return either. A granted claim keeps that
+ *   descriptor as its lease's, for the exit record, which the holder's
+ *   destructor writes while the lease is still held (below).
  * - The lease ends are not written by anyone at the moment they happen
  *   (a lease ends when its last member dies), but reconstructed by the
  *   reader from the records of the next holder and the members' exits
@@ -240,7 +242,7 @@ void gm__ev_remember(const char *lock_dir, const char *user_name,
 	ex.ntail = fmt(ex.tail, sizeof ex.tail, " uid=%u pid=%d job=%s %s\n",
 		       uid, (int)pid,
 		       job && *job ? job : "-", ex.fields);
-	if (ex.tail[ex.ntail - 1] != '\n')
+	if (ex.ntail <= 0 || ex.tail[ex.ntail - 1] != '\n')
 		ex.ntail = 0; /* cut: never, the fields are short; by path then */
 	ex.max = log_max();
 	ex.lease_id = l->lease_id;

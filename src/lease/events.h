@@ -7,7 +7,8 @@
  * may wait (gm__ev_prepare), notes times in its struct gm__evnote as it
  * goes (a clock read, no system call beyond it) and writes its records
  * once the ticket and job lock are released, with one fstat and one
- * write each. No
+ * write each; the exit record likewise, through the claim's descriptor
+ * kept for the lease (gm__ev_remember). No
  * function here fails its caller: the log is a description, so a log that
  * cannot be written (full disk, a planted file, GPUMUTEX_LOG=0) is
  * skipped and the claim goes on.
