@@ -200,9 +200,10 @@ void gm__ev_write(int userfd, const char *event, const char *job,
  * lease's (the claim's, kept at the grant: `fd`, O_CLOEXEC, shared with
  * forked children like the lease's own descriptors, closed when the
  * lease is given back) and the record is formatted at the grant except
- * its two clock readings (`tail`). Only when that descriptor is gone,
- * rotated away or full, or in a forked child (another pid), is the
- * record written by path as before.
+ * its two clock readings (`tail`; its buffer `line` touched then, so no
+ * page fault at exit). Only when that descriptor is gone, rotated away
+ * or full, or in a forked child (another pid), is the record written by
+ * path as before.
  * Static, not on the stack nor the heap: destructors run late. */
 static struct {
 	int held;
@@ -245,6 +246,8 @@ void gm__ev_remember(const char *lock_dir, const char *user_name,
 	if (ex.ntail <= 0 || ex.tail[ex.ntail - 1] != '\n')
 		ex.ntail = 0; /* cut: never, the fields are short; by path then */
 	ex.max = log_max();
+	/* Touched now, so that the destructor takes no page fault on it. */
+	memset(ex.line, 0, sizeof ex.line);
 	ex.lease_id = l->lease_id;
 	ex.pid = pid;
 	ex.held = 1;
@@ -343,10 +346,11 @@ __attribute__((destructor)) static void gm__ev_at_exit(void)
 	fd = __atomic_exchange_n(&ex.fd, -1, __ATOMIC_ACQ_REL);
 	if (ex_write(fd, "") != 0)
 		ev_append(-1, ex.path, "exit", ex.job, ex.fields);
-	/* Closed, not left to the exit: the destructor also runs when the
-	 * library is unloaded from a process that goes on. */
-	if (fd >= 0)
-		close(fd);
+	/* Not closed here: a close would be one more system call before
+	 * the lease's descriptors go; the exit closes it with them, as the
+	 * lease's. (Unloading the library without exiting leaves it open
+	 * with the lease's own descriptors, which stay too.) */
+	(void)fd;
 	errno = saved;
 }
 
