@@ -446,9 +446,6 @@ static void acquired(struct acq *a, int rc, const struct gm_lease *out)
 		a->ev.pid = getpid();
 		a->ev.uid = geteuid();
 	}
-	if (rc == 0)
-		gm__ev_remember(a->cfg->lock_dir, a->d.user_name, a->jobname,
-				out, a->ev.pid, a->ev.uid);
 	/* A failure before the ticket (bad directory, a job that does not
 	 * fit its lease) is the caller's message, not an event in line. */
 	if (rc != 0 && !a->tk.seq)
@@ -504,6 +501,16 @@ void gm__ev_acquired(struct acq *a, int rc, const struct gm_lease *out)
 	int saved = errno;
 
 	acquired(a, rc, out);
+	/* The exit record made ready after the grant's (or join's) own, so
+	 * that this record is as close to the grant as it can be. */
+	if (rc == 0 && gm__ev_enabled()) {
+		if (!a->ev.pid) {
+			a->ev.pid = getpid();
+			a->ev.uid = geteuid();
+		}
+		gm__ev_remember(a->cfg->lock_dir, a->d.user_name, a->jobname,
+				out, a->ev.pid, a->ev.uid);
+	}
 	if (rc == 0 && ex.held && ex.pid == a->ev.pid &&
 	    ex.lease_id == out->lease_id) {
 		/* Kept: the lease's from now on, for its exit record (none:
