@@ -18,6 +18,11 @@
  *   GPU_OFFLOAD_YIELD_MS       no GPU call for this long while a waiter
  *                              is present gives the GPU back (default 1000)
  *   GPU_OFFLOAD_RETRY_MS       first back-off after a refused lease
+ *   GPU_OFFLOAD_NVML=0         never load NVML (onvml.c)
+ *   GPU_OFFLOAD_IDLE_MS        the GPU's utilisation is consulted once
+ *                              this process has not used it for this
+ *                              long (default 1000): the figure includes
+ *                              our own work
  *
  * Locking: one mutex (gpo__lock) over the model, the GPU state and the
  * lease; the trace writer has its own (trace.c), taken after the first
@@ -36,6 +41,7 @@
 #include "lease.h"
 #include "model.h"
 #include "olease.h"
+#include "onvml.h"
 #include "policy.h"
 #include "profile.h"
 #include "tracew.h"
@@ -58,7 +64,11 @@ static pthread_mutex_t gpo__lock = PTHREAD_MUTEX_INITIALIZER;
 static struct {
 	int inited;
 	int force, level, summary;
-	int64_t watch_ns, yield_ns;
+	int64_t watch_ns, yield_ns, idle_ns;
+	int nvml_off;          /* GPU_OFFLOAD_NVML=0, or NVML unusable */
+	int64_t nvml_at;       /* when `nvml` was read (0: never) */
+	int nvml_rc;           /* its gpo_nvml_read result */
+	struct gpo_nvml_reading nvml;
 	struct gpo_profile prof;
 	int have_prof;
 	struct gpo_model model;
@@ -173,6 +183,9 @@ static void gpo__init(void)
 	}
 	gpo__p.watch_ns = gpo__env_ms("GPU_OFFLOAD_WATCH_MS", 250);
 	gpo__p.yield_ns = gpo__env_ms("GPU_OFFLOAD_YIELD_MS", 1000);
+	gpo__p.idle_ns = gpo__env_ms("GPU_OFFLOAD_IDLE_MS", 1000);
+	s = getenv("GPU_OFFLOAD_NVML");
+	gpo__p.nvml_off = s && strcmp(s, "0") == 0;
 	if (gpo__p.watch_ns <= 0)
 		gpo__p.watch_ns = 1000000;
 	if ((s = getenv("GPU_OFFLOAD_PROFILE")) && strcmp(s, "none") == 0) {
@@ -302,8 +315,91 @@ static void gpo__watch_start(void)
 	pthread_attr_destroy(&at);
 }
 
-/* Under gpo__lock: lease, then backend. 0 or a GPO_R_* reason. */
-static int gpo__start(void)
+/* ---- Sharing the GPU with other programs (NVML) ------------------------ */
+
+/* The device memory `c` needs: its operands. */
+static double gpo__need(const struct gpo_call *c)
+{
+	double need = 0;
+
+	for (int i = 0; i < c->nbuf && i < GPO_MAX_BUFS; i++)
+		need += (double)c->buf[i].bytes;
+	return need;
+}
+
+/*
+ * Under gpo__lock: NVML's reading of our GPU, at most one per tenth of
+ * GPU_OFFLOAD_IDLE_MS (calls kept on the CPU by a busy GPU would read it
+ * on every call otherwise). 0 with the reading, or -1 (unknown: NVML off,
+ * absent or failing, or the GPU not established; said once).
+ */
+static int gpo__nvml(int64_t now, const struct gpo_nvml_reading **rd)
+{
+	char msg[512];
+
+	if (gpo__p.nvml_off)
+		return -1;
+	if (!gpo__p.nvml_at || now - gpo__p.nvml_at >= gpo__p.idle_ns / 10 ||
+	    now < gpo__p.nvml_at) {
+		gpo__p.nvml_rc = gpo_nvml_read(&gpo__p.nvml, msg, sizeof msg);
+		gpo__p.nvml_at = now;
+		if (msg[0])
+			fprintf(stderr, "gpu-offload: %s\n", msg);
+	}
+	*rd = &gpo__p.nvml;
+	return gpo__p.nvml_rc;
+}
+
+/* Other programs load the GPU beyond the level's limit (a reading whose
+ * utilisation is known). */
+static int gpo__busy(const struct gpo_nvml_reading *rd)
+{
+	return rd->have_util &&
+	       rd->util > gpo_level_get(gpo__p.level)->busy * 100 + 1e-9;
+}
+
+/*
+ * Under gpo__lock, while the GPU is started, for a call the model sends
+ * there: GPO_R_GPU_BUSY when this process has not used the GPU for
+ * GPU_OFFLOAD_IDLE_MS (so the figure is other programs') and NVML says
+ * it is loaded beyond the level's limit, else 0.
+ */
+static int gpo__busy_now(void)
+{
+	const struct gpo_nvml_reading *rd;
+	int64_t now = gpo__mono();
+
+	if (gpo__p.inflight > 0 || now - gpo__p.last_gpu_ns < gpo__p.idle_ns)
+		return 0;
+	return gpo__nvml(now, &rd) == 0 && gpo__busy(rd) ? GPO_R_GPU_BUSY : 0;
+}
+
+/*
+ * Under gpo__lock, before the backend starts (the lease, if any, held:
+ * CUDA_VISIBLE_DEVICES names its GPU now): GPO_R_GPU_BUSY when other
+ * programs load the GPU beyond the level's limit, GPO_R_NO_MEMORY when
+ * NVML's free memory is below the call's operands plus the level's
+ * reserve; else 0. Forced (GPU_OFFLOAD_FORCE=gpu, verify mode: testing and
+ * calibration) skips NVML as it skips the model; the backend's memory
+ * check still applies.
+ */
+static int gpo__share_before_start(const struct gpo_call *c, int forced)
+{
+	const struct gpo_nvml_reading *rd;
+
+	if (forced || gpo__nvml(gpo__mono(), &rd) != 0)
+		return 0;
+	if (gpo__busy(rd))
+		return GPO_R_GPU_BUSY;
+	if (rd->have_mem && (double)rd->free < gpo__need(c) +
+	    gpo_level_get(gpo__p.level)->reserve * (double)rd->total)
+		return GPO_R_NO_MEMORY;
+	return 0;
+}
+
+/* Under gpo__lock: lease, then NVML's look at the GPU, then backend. 0 or
+ * a GPO_R_* reason. */
+static int gpo__start(const struct gpo_call *c, int forced)
 {
 	static char err[GM_ERR_MAX];
 	int64_t t0 = gpo__mono();
@@ -318,6 +414,13 @@ static int gpo__start(void)
 		gpo__event(GPO_TK_LEASE_REFUSED, 0, 1);
 	if (rc != GPO_OL_HELD)
 		return GPO_R_NO_LEASE;
+	rc = gpo__share_before_start(c, forced);
+	if (rc) {
+		/* Not now: the lease goes back (the next try is another
+		 * start's worth of savings away, and a lease's back-off). */
+		gpo_olease_release(gpo__mono());
+		return rc;
+	}
 	rc = gpo_gpu_start();
 	if (rc) {
 		/* The backend's own line is on stderr already. */
@@ -345,13 +448,11 @@ static int gpo__start(void)
 /* Under gpo__lock: room on the device for `c` beyond the level's reserve? */
 static int gpo__memory_ok(const struct gpo_call *c)
 {
-	uint64_t fr, total, need = 0;
+	uint64_t fr, total;
 
 	if (gpo_gpu_memory(&fr, &total) != 0)
 		return 1; /* unknown: the allocation's failure still falls back */
-	for (int i = 0; i < c->nbuf && i < GPO_MAX_BUFS; i++)
-		need += c->buf[i].bytes;
-	return (double)fr >= (double)need +
+	return (double)fr >= gpo__need(c) +
 		gpo_level_get(gpo__p.level)->reserve * (double)total;
 }
 
@@ -377,7 +478,7 @@ int gpo_policy_decide(const struct gpo_call *c, struct gpo_decision *d)
 		if (gpo__p.draining)
 			r = GPO_R_NO_LEASE;
 		else if (!gpo__p.started)
-			r = gpo__start();
+			r = gpo__start(c, 1);
 		if (r == 0 && !gpo__memory_ok(c))
 			r = GPO_R_NO_MEMORY;
 		d->reason = (uint16_t)(r ? r : GPO_R_FORCED_GPU);
@@ -389,8 +490,15 @@ int gpo_policy_decide(const struct gpo_call *c, struct gpo_decision *d)
 			v = GPO_V_CPU;
 			d->reason = GPO_R_NO_LEASE;
 		}
+		if (v == GPO_V_GPU) {
+			int r = gpo__busy_now();
+			if (r) {
+				d->reason = (uint16_t)r;
+				v = GPO_V_CPU;
+			}
+		}
 		if (v == GPO_V_START) {
-			int r = gpo__start();
+			int r = gpo__start(c, 0);
 			if (r) {
 				/* Savings count again from zero: the next
 				 * try is another start's worth away (and no

@@ -4,6 +4,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include <errno.h>
 #include <fcntl.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -173,13 +174,27 @@ static int gpo__line(struct gpo_profile *pr, const char *p, const char *e,
 {
 	double a, b;
 
-	if (gpo__word(p, e, "source")) {
-		p = gpo__skip(p + 6, e);
-		size_t n = (size_t)(e - p);
-		if (n >= sizeof pr->source)
-			n = sizeof pr->source - 1;
-		memcpy(pr->source, p, n);
-		pr->source[n] = '\0';
+	static const struct { const char *w; size_t off, size; } text[] = {
+		{ "source", offsetof(struct gpo_profile, source),
+		  sizeof pr->source },
+		{ "cpu-library", offsetof(struct gpo_profile, cpu_library),
+		  sizeof pr->cpu_library },
+		{ "calibration", offsetof(struct gpo_profile, calibration),
+		  sizeof pr->calibration },
+	};
+
+	/* Free text, kept (cut to its field) for `gpu-offload profile`. */
+	for (size_t i = 0; i < sizeof text / sizeof text[0]; i++) {
+		char *f = (char *)pr + text[i].off;
+		size_t n;
+		if (!gpo__word(p, e, text[i].w))
+			continue;
+		p = gpo__skip(p + strlen(text[i].w), e);
+		n = (size_t)(e - p);
+		if (n >= text[i].size)
+			n = text[i].size - 1;
+		memcpy(f, p, n);
+		f[n] = '\0';
 		return 0;
 	}
 	if (gpo__word(p, e, "startup")) {
@@ -326,6 +341,10 @@ size_t gpo_profile_format(const struct gpo_profile *p, char *buf,
 	GPO__PUT("gpu-offload-profile %d\n", GPO_PROFILE_VERSION);
 	if (p->source[0])
 		GPO__PUT("source %s\n", p->source);
+	if (p->cpu_library[0])
+		GPO__PUT("cpu-library %s\n", p->cpu_library);
+	if (p->calibration[0])
+		GPO__PUT("calibration %s\n", p->calibration);
 	if (p->startup_s >= 0)
 		GPO__PUT("startup %.6g\n", p->startup_s);
 	if (p->h2d_bw > 0)

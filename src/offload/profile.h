@@ -7,6 +7,8 @@
  *
  *   gpu-offload-profile 1          first line: format and version
  *   source test-backend            free text: who measured (informative)
+ *   cpu-library PATH               free text: the CPU library measured
+ *   calibration TEXT               free text: when, how long, repeats
  *   startup 0.35                   GPU start-up cost, seconds
  *   h2d 1.2e-05 2.1e+10            host to device: fixed s, bytes/s
  *   d2h 1.1e-05 2.2e+10            device to host: fixed s, bytes/s
@@ -37,6 +39,8 @@ struct gpo_curve {
 
 struct gpo_profile {
 	char source[64];
+	char cpu_library[256];      /* the CPU library measured (informative) */
+	char calibration[256];      /* how it went (informative) */
 	double startup_s;           /* < 0: not given */
 	double h2d_fixed, h2d_bw;   /* bw <= 0: not given */
 	double d2h_fixed, d2h_bw;

@@ -11,6 +11,7 @@
  *   proc D PID USED            a compute process on device D using USED bytes
  *                              (USED may be "na": NVML_VALUE_NOT_AVAILABLE)
  *   name D TEXT...             device name (default "Fake GPU D")
+ *   pci D DOMAIN BUS DEVICE    device D's PCI address (default 0 D 0)
  *   fail FUNCTION CODE         FUNCTION returns nvmlReturn_t CODE
  *   crash FUNCTION             FUNCTION calls abort() (a broken library)
  * Lines that do not parse are ignored. Without FAKENVML_FILE the library
@@ -39,12 +40,22 @@ typedef struct {
 	unsigned int gpuInstanceId, computeInstanceId;
 } nvmlProcessInfo_v2_t;
 
+/* nvmlPciInfo_t of NVML 11 and later (the _v3 layout). */
+typedef struct {
+	char busIdLegacy[16];
+	unsigned int domain, bus, device, pciDeviceId, pciSubSystemId;
+	char busId[32];
+} nvmlPciInfo_t;
+
 struct fake_dev {
 	int index;
 	unsigned util, memutil;
 	unsigned long long used, total;
+	unsigned domain, bus, slot;
 	char name[96];
 };
+
+static void uuid_of(const struct fake_dev *f, char *u, size_t len);
 
 struct fake_proc { int dev; unsigned pid; unsigned long long used; };
 
@@ -85,6 +96,9 @@ static void load(void)
 		devs[i].util = devs[i].memutil = 0;
 		devs[i].used = 0;
 		devs[i].total = 80ULL << 30;
+		devs[i].domain = 0;
+		devs[i].bus = (unsigned)i;
+		devs[i].slot = 0;
 		snprintf(devs[i].name, sizeof devs[i].name, "Fake GPU %d", i);
 	}
 	if (!p || !*p || !(f = fopen(p, "re")))
@@ -101,6 +115,9 @@ static void load(void)
 		else if (sscanf(line, "util %d %u %u", &d, &a, &b) == 3 &&
 			 d >= 0 && d < MAXDEV)
 			devs[d].util = a, devs[d].memutil = b;
+		else if (sscanf(line, "pci %d %u %u %u", &d, &a, &b, &n) == 4 &&
+			 d >= 0 && d < MAXDEV)
+			devs[d].domain = a, devs[d].bus = b, devs[d].slot = (unsigned)n;
 		else if (sscanf(line, "mem %d %llu %llu", &d, &x, &y) == 3 &&
 			 d >= 0 && d < MAXDEV)
 			devs[d].used = x, devs[d].total = y;
@@ -156,6 +173,10 @@ API nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t d, nvmlUtilization_t
 API nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t d, nvmlMemory_t *m);
 API nvmlReturn_t nvmlDeviceGetName(nvmlDevice_t d, char *buf, unsigned int len);
 API nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t d, char *buf, unsigned int len);
+API nvmlReturn_t nvmlDeviceGetHandleByUUID(const char *uuid, nvmlDevice_t *d);
+API nvmlReturn_t nvmlDeviceGetPciInfo_v3(nvmlDevice_t d, nvmlPciInfo_t *p);
+API nvmlReturn_t nvmlDeviceGetPciInfo_v2(nvmlDevice_t d, nvmlPciInfo_t *p);
+API nvmlReturn_t nvmlDeviceGetPciInfo(nvmlDevice_t d, nvmlPciInfo_t *p);
 API nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t d, unsigned int *n, nvmlProcessInfo_v2_t *p);
 API nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v2(nvmlDevice_t d, unsigned int *n, nvmlProcessInfo_v2_t *p);
 API nvmlReturn_t nvmlDeviceGetComputeRunningProcesses(nvmlDevice_t d, unsigned int *n, nvmlProcessInfo_v1_t *p);
@@ -275,7 +296,7 @@ nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t d, char *buf, unsigned int len)
 	NEED_INIT();
 	if (!(f = dev_of(d)) || !buf)
 		return 2;
-	snprintf(u, sizeof u, "GPU-fa4e0000-0000-0000-0000-%012d", f->index);
+	uuid_of(f, u, sizeof u);
 	if (strlen(u) + 1 > len)
 		return 7;
 	memcpy(buf, u, strlen(u) + 1);
@@ -323,3 +344,48 @@ static nvmlReturn_t procs_of(const char *fn, nvmlDevice_t d, unsigned int *n,
 nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t d, unsigned int *n, nvmlProcessInfo_v2_t *p) { return procs_of("nvmlDeviceGetComputeRunningProcesses_v3", d, n, p, 0); }
 nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v2(nvmlDevice_t d, unsigned int *n, nvmlProcessInfo_v2_t *p) { return procs_of("nvmlDeviceGetComputeRunningProcesses_v2", d, n, p, 0); }
 nvmlReturn_t nvmlDeviceGetComputeRunningProcesses(nvmlDevice_t d, unsigned int *n, nvmlProcessInfo_v1_t *p) { return procs_of("nvmlDeviceGetComputeRunningProcesses", d, n, p, 1); }
+
+static void uuid_of(const struct fake_dev *f, char *u, size_t len)
+{
+	snprintf(u, len, "GPU-fa4e0000-0000-0000-0000-%012d", f->index);
+}
+
+nvmlReturn_t nvmlDeviceGetHandleByUUID(const char *uuid, nvmlDevice_t *d)
+{
+	char u[80];
+
+	ENTER("nvmlDeviceGetHandleByUUID");
+	NEED_INIT();
+	if (!uuid || !d)
+		return 2;
+	for (int i = 0; i < ndev; i++) {
+		uuid_of(&devs[i], u, sizeof u);
+		if (strcmp(u, uuid) == 0) {
+			*d = &devs[i];
+			return 0;
+		}
+	}
+	return 6; /* NVML_ERROR_NOT_FOUND */
+}
+
+static nvmlReturn_t pci_of(const char *fn, nvmlDevice_t d, nvmlPciInfo_t *p)
+{
+	struct fake_dev *f;
+
+	ENTER(fn);
+	NEED_INIT();
+	if (!(f = dev_of(d)) || !p)
+		return 2;
+	memset(p, 0, sizeof *p);
+	p->domain = f->domain;
+	p->bus = f->bus;
+	p->device = f->slot;
+	snprintf(p->busIdLegacy, sizeof p->busIdLegacy, "%04x:%02x:%02x.0",
+		 f->domain & 0xffff, f->bus & 0xff, f->slot & 0xff);
+	snprintf(p->busId, sizeof p->busId, "%08x:%02x:%02x.0", f->domain,
+		 f->bus & 0xff, f->slot & 0xff);
+	return 0;
+}
+nvmlReturn_t nvmlDeviceGetPciInfo_v3(nvmlDevice_t d, nvmlPciInfo_t *p) { return pci_of("nvmlDeviceGetPciInfo_v3", d, p); }
+nvmlReturn_t nvmlDeviceGetPciInfo_v2(nvmlDevice_t d, nvmlPciInfo_t *p) { return pci_of("nvmlDeviceGetPciInfo_v2", d, p); }
+nvmlReturn_t nvmlDeviceGetPciInfo(nvmlDevice_t d, nvmlPciInfo_t *p) { return pci_of("nvmlDeviceGetPciInfo", d, p); }

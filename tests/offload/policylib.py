@@ -38,7 +38,8 @@ def write_profile(tmp_path, text=PROFILE):
 def env(tmp_path, devices="0", **extra):
     """The fake driver, a private lock directory and journal (shared by
     the fake driver and lease-holder), gpumutex managing `devices` of 4
-    GPUs (None: gpumutex not configured), the synthetic profile."""
+    GPUs (None: gpumutex not configured), the synthetic profile, NVML
+    off."""
     e = fake_driver_env(tmp_path)
     e.pop("GPUMUTEX_TIMEOUT")
     e["GM_JOURNAL"] = e["FAKECUDA_JOURNAL"]
@@ -48,6 +49,9 @@ def env(tmp_path, devices="0", **extra):
     else:
         e["GPUMUTEX_VISIBLE_DEVICES"] = devices
     e["GPU_OFFLOAD_PROFILE"] = write_profile(tmp_path)
+    # NVML (absent here: one line on stderr) only where a test asks for
+    # it (test_offload_nvml.py)
+    e["GPU_OFFLOAD_NVML"] = "0"
     e.update(extra)
     return e
 

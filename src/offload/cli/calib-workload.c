@@ -1,190 +1,641 @@
 /*
- * calib-workload.c - the calibration workload of `gpu-offload calibrate`:
- * an ordinary BLAS/LAPACK client (so what it measures includes all that a
- * real call pays), run under libgpuoffload.so once with every call forced
- * to the CPU and once to the GPU; the library's traces hold the timings.
+ * calib-workload.c - the calibration workload of `gpu-offload calibrate`
+ * (docs/offload.md, "Calibration"): an ordinary BLAS/LAPACK client, so
+ * that what it measures includes all that a real call pays, run under
+ * libgpuoffload.so once with every call forced to the CPU and once to the
+ * GPU. The library's traces hold the timings; this program's log says
+ * which of the traced calls count: those of a point's accepted
+ * measurement whose LAPACK info was 0.
  *
- * It finds the BLAS and LAPACK at run time: dlopen("libblas.so.3",
- * "liblapack.so.3", RTLD_GLOBAL; GPO_CALIB_BLAS / GPO_CALIB_LAPACK name
- * others), then each function by dlsym(RTLD_DEFAULT), which finds the
- * preloaded wrapper first.
+ * Usage: gpu-offload-calib MAX_SIZE REPS CALL_CAP_S DEADLINE_S
+ *   sizes 64, 128, ... MAX_SIZE, size by size over every operation (in
+ *   the table's order, gemm first); an operation stops growing once one
+ *   of its calls took more than CALL_CAP_S seconds, and once its next
+ *   point, predicted as 8 times its last one (n^3 work), would end after
+ *   DEADLINE_S seconds from the start (the log says which).
+ * Environment (set by `gpu-offload calibrate`):
+ *   GPO_CALIB_LIBS   the CPU libraries, ':'-separated, dlopen()ed
+ *                    RTLD_GLOBAL (default libblas.so.3:liblapack.so.3);
+ *                    the name scheme (dgemm_, scipy_dgemm_,
+ *                    scipy_dgemm_64_) and integer width follow from their
+ *                    symbols
+ *   GPO_CALIB_LOG    where the log goes (default: stdout)
+ *   GPO_CALIB_OPS    only these curves, e.g. "dgemm,sgetrf"
+ *   GPO_CALIB_PLAN   "dgemm=8192,sgetrf=4096,...": the largest size per
+ *                    curve (the GPU pass measures what the CPU pass did)
+ * Test hooks (tests/offload/test_calibrate.py):
+ *   GPO_CALIB_TEST_SLOW=NAME:N      the canary after the first
+ *                                   measurement of that point is slow
+ *   GPO_CALIB_TEST_SINGULAR=NAME:N  that point's matrices are singular
+ *                                   (getrf/gesv info > 0)
+ *   GPO_CALIB_TEST_QUIET=1          the canary always reports its quiet
+ *                                   time (no point is repeated unless
+ *                                   the hook above says so)
  *
- * A noisy machine: before each measurement point a small fixed CPU job
- * (the canary) must run near its quiet speed, and a point during which it
- * slowed down is measured again (at most 3 times).
- *
- * Usage: gpu-offload-calib MAX_SIZE REPS  (sizes 64, 128, ... MAX_SIZE)
+ * The log, one item a line:
+ *   library PATH                  a CPU library loaded
+ *   scheme PREFIX SUFFIX INT64    the names used: PREFIX dgemm SUFFIX
+ *   quiet SECONDS                 the canary's quiet time at the start
+ *   point NAME N attempts A clean C unsettled U
+ *   call T0_NS T1_NS INFO         one call of the point's accepted
+ *                                 measurement (CLOCK_REALTIME window)
+ *   missing NAME                  the library has no such function
+ *   budget NAME N                 the deadline left NAME's size N and
+ *                                 above unmeasured
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
-typedef void gemm_fn(const char *, const char *, const int *, const int *,
-		     const int *, const void *, const void *, const int *,
-		     const void *, const int *, const void *, void *,
-		     const int *, size_t, size_t);
-typedef void getrf_fn(const int *, const int *, void *, const int *, int *,
-		      int *);
-typedef void potrf_fn(const char *, const int *, void *, const int *, int *,
-		      size_t);
+#include "calib-canary.h"
 
-static double now(void)
+typedef void fn_t(void);
+
+enum kind { K_GEMM, K_GETRF, K_GESV, K_POTRF, K_SYEVD, K_HEEVD, K_GESDD,
+	    K_GESVD };
+
+static const struct wop {
+	const char *op, *precs;
+	enum kind kind;
+} wops[] = {
+	{ "gemm", "sdcz", K_GEMM },   { "getrf", "sdcz", K_GETRF },
+	{ "gesv", "sdcz", K_GESV },   { "potrf", "sdcz", K_POTRF },
+	{ "syevd", "sd", K_SYEVD },   { "heevd", "cz", K_HEEVD },
+	{ "gesdd", "sdcz", K_GESDD }, { "gesvd", "sd", K_GESVD },
+};
+#define NCURVES 26 /* the precisions above, all told */
+
+static double mono(void)
 {
 	struct timespec ts;
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return ts.tv_sec + ts.tv_nsec / 1e9;
 }
 
-static volatile double sink;
-
-static double canary(void)
+static int64_t real_ns(void)
 {
-	double t = now(), x = 1;
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* ---- Integers of the library's width ------------------------------------ */
+
+static int w64;            /* the library takes 64-bit integers */
+
+/* A Fortran integer argument: `n` in the library's width. */
+struct fint { int32_t i32; int64_t i64; };
+static void *fi(struct fint *v, int64_t n)
+{
+	v->i32 = (int32_t)n;
+	v->i64 = n;
+	return w64 ? (void *)&v->i64 : (void *)&v->i32;
+}
+/* A struct fint already set, as the argument. */
+#define FI(v) (w64 ? (void *)&(v).i64 : (void *)&(v).i32)
+static int64_t fget(const struct fint *v)
+{
+	return w64 ? v->i64 : v->i32;
+}
+/* An integer array element (ipiv, iwork) read back. */
+static int64_t aget(const void *p, size_t i)
+{
+	return w64 ? ((const int64_t *)p)[i] : ((const int32_t *)p)[i];
+}
+
+/* ---- Matrices ----------------------------------------------------------- */
+
+static int isdbl(char p) { return p == 'd' || p == 'z'; }
+static int iscpx(char p) { return p == 'c' || p == 'z'; }
+static size_t esize(char p) { return (isdbl(p) ? 8 : 4) * (iscpx(p) ? 2 : 1); }
+
+static void put(void *a, char p, size_t k, double v)
+{
+	if (isdbl(p))
+		((double *)a)[k] = v;
+	else
+		((float *)a)[k] = (float)v;
+}
+static double get(const void *a, char p, size_t k)
+{
+	return isdbl(p) ? ((const double *)a)[k] : ((const float *)a)[k];
+}
+
+/*
+ * An n x n matrix of random numbers in [0,1). `herm`: made Hermitian
+ * (symmetric for real) with n added on the diagonal, diagonally dominant
+ * and so positive definite: potrf, syevd/heevd. `singular`: column 0 zero
+ * (the test hook), so that an LU reports info > 0.
+ */
+static void fill(void *a, char p, int n, int herm, int singular)
+{
+	size_t re = iscpx(p) ? 2 : 1, all = (size_t)n * n * re;
+	unsigned s = 12345;
+
+	for (size_t k = 0; k < all; k++) {
+		s = s * 1103515245u + 12345u;
+		put(a, p, k, (s >> 8) / 16777216.0);
+	}
+	if (herm) {
+		for (int j = 0; j < n; j++)
+			for (int i = 0; i < j; i++) {
+				size_t up = ((size_t)j * n + i) * re;
+				size_t lo = ((size_t)i * n + j) * re;
+				put(a, p, lo, get(a, p, up));
+				if (re == 2)
+					put(a, p, lo + 1, -get(a, p, up + 1));
+			}
+		for (int i = 0; i < n; i++) {
+			size_t d = ((size_t)i * n + i) * re;
+			put(a, p, d, get(a, p, d) + n);
+			if (re == 2)
+				put(a, p, d + 1, 0);
+		}
+	}
+	if (singular)
+		for (size_t k = 0; k < (size_t)n * re; k++)
+			put(a, p, k, 0);
+}
+
+/* ---- The library -------------------------------------------------------- */
+
+static const char *prefix = "", *suffix = "_";
+
+static fn_t *find(const char *name)
+{
+	/* RTLD_DEFAULT: the preloaded libgpuoffload.so's wrapper first,
+	 * which then finds the library loaded below (its global scope). */
+	return (fn_t *)dlsym(RTLD_DEFAULT, name);
+}
+
+static int load(FILE *log)
+{
+	const char *libs = getenv("GPO_CALIB_LIBS");
+	char buf[4096], *save = NULL;
+	static const struct { const char *pre, *suf; int i64; } schemes[] = {
+		{ "scipy_", "_64_", 1 }, { "scipy_", "_", 0 }, { "", "_", 0 },
+	};
+	int found = -1;
+
+	snprintf(buf, sizeof buf, "%s", libs && *libs ? libs :
+		 "libblas.so.3:liblapack.so.3");
+	for (char *t = strtok_r(buf, ":", &save); t; t = strtok_r(NULL, ":", &save)) {
+		void *h = dlopen(t, RTLD_NOW | RTLD_GLOBAL);
+		if (!h) {
+			fprintf(stderr, "gpu-offload-calib: %s\n", dlerror());
+			return -1;
+		}
+		fprintf(log, "library %s\n", t);
+		/* The scheme: the first of ours whose dgemm the library has
+		 * (numpy's bundled OpenBLAS has only the 64-bit scipy_ names). */
+		for (int s = 0; s < 3 && found < 0; s++) {
+			char name[64];
+			snprintf(name, sizeof name, "%sdgemm%s", schemes[s].pre,
+				 schemes[s].suf);
+			if (dlsym(h, name))
+				found = s;
+		}
+	}
+	if (found < 0) {
+		fprintf(stderr, "gpu-offload-calib: the CPU libraries have no dgemm under a name gpu-offload intercepts (dgemm_, scipy_dgemm_, scipy_dgemm_64_)\n");
+		return -1;
+	}
+	prefix = schemes[found].pre;
+	suffix = schemes[found].suf;
+	w64 = schemes[found].i64;
+	fprintf(log, "scheme %s %s %d\n", *prefix ? prefix : "-", suffix, w64);
+	return 0;
+}
+
+/* ---- The canary --------------------------------------------------------- */
+
+static volatile double sink;
+static int slow_next;      /* test hook: the next canary reports slow */
+static int always_quiet;   /* test hook: a machine that is never busy */
+
+static double canary(void *arg)
+{
+	double t = mono(), x = 1;
+
+	(void)arg;
 	for (int i = 0; i < 2000000; i++)
 		x = x * 1.0000001 + 1e-9;
 	sink = x;
-	return now() - t;
-}
-
-static double quiet;
-
-/* Wait (a bounded number of tries) for the canary to run near quiet. */
-static void settle(void)
-{
-	for (int i = 0; i < 20 && canary() > 1.5 * quiet; i++)
-		;
-}
-
-static int clean(void)
-{
-	return canary() <= 1.5 * quiet;
-}
-
-/* `count` random numbers in [0,1) as floats or doubles; with `spd`, made
- * a symmetric n x n matrix with n added on the diagonal: positive
- * definite and well conditioned, for potrf and an LU without trouble. */
-static void fill(void *p, size_t count, int dbl, int spd, int n)
-{
-	unsigned s = 12345;
-
-	for (size_t i = 0; i < count; i++) {
-		double v;
-		s = s * 1103515245u + 12345u;
-		v = (s >> 8) / 16777216.0;
-		if (dbl)
-			((double *)p)[i] = v;
-		else
-			((float *)p)[i] = (float)v;
+	t = always_quiet ? 1e-3 : mono() - t;
+	if (slow_next) {
+		slow_next = 0;
+		return t * 1000;
 	}
-	if (!spd)
-		return;
-	for (int i = 0; i < n; i++) {
-		for (int j = 0; j < i; j++) {
-			size_t lo = (size_t)i * n + j, up = (size_t)j * n + i;
-			if (dbl)
-				((double *)p)[lo] = ((double *)p)[up];
-			else
-				((float *)p)[lo] = ((float *)p)[up];
+	return t;
+}
+
+/* ---- One point ---------------------------------------------------------- */
+
+struct point {
+	const struct wop *w;
+	char p, name[40];
+	int n, reps, singular, slow_hook;
+	double cap;
+	fn_t *fn;
+	void *a, *b, *c, *piv, *w_, *work, *iwork, *rwork;
+	int64_t lwork, liwork, lrwork;
+	/* the accepted measurement's calls */
+	int ncall;
+	int64_t t0[64], t1[64], info[64];
+	double fastest;
+};
+
+typedef void gemm_t(const char *, const char *, void *, void *, void *,
+		    const void *, void *, void *, void *, void *, const void *,
+		    void *, void *, size_t, size_t);
+typedef void getrf_t(void *, void *, void *, void *, void *, void *);
+typedef void gesv_t(void *, void *, void *, void *, void *, void *, void *,
+		    void *);
+typedef void potrf_t(const char *, void *, void *, void *, void *, size_t);
+typedef void syevd_t(const char *, const char *, void *, void *, void *,
+		     void *, void *, void *, void *, void *, void *, size_t,
+		     size_t);
+typedef void heevd_t(const char *, const char *, void *, void *, void *,
+		     void *, void *, void *, void *, void *, void *, void *,
+		     void *, size_t, size_t);
+typedef void gesdd_r_t(const char *, void *, void *, void *, void *, void *,
+		       void *, void *, void *, void *, void *, void *, void *,
+		       void *, size_t);
+typedef void gesdd_c_t(const char *, void *, void *, void *, void *, void *,
+		       void *, void *, void *, void *, void *, void *, void *,
+		       void *, void *, size_t);
+typedef void gesvd_r_t(const char *, const char *, void *, void *, void *,
+		       void *, void *, void *, void *, void *, void *, void *,
+		       void *, void *, size_t, size_t);
+
+/*
+ * One call of the point (lwork = -1 makes it the workspace query: then
+ * only `query` is written). Returns LAPACK's info (0 for BLAS).
+ */
+static int64_t call(struct point *pt, int query, double *qwork,
+		    int64_t *qiwork, double *qrwork)
+{
+	struct fint n, n2, n3, ld, lw, liw, lrw, info;
+	static const double one[2] = { 1, 0 }, zero[2] = { 0, 0 };
+	static const float onef[2] = { 1, 0 }, zerof[2] = { 0, 0 };
+	int dbl = isdbl(pt->p);
+	const void *al = dbl ? (const void *)one : (const void *)onef;
+	const void *be = dbl ? (const void *)zero : (const void *)zerof;
+	/* work(1) of a query: a real (or the real part) of the precision */
+	double qw[2] = { 0, 0 }, qr[2] = { 0, 0 };
+	int64_t qi[2] = { 0, 0 };
+	void *work = query ? (void *)qw : pt->work;
+	void *iwork = query ? (void *)qi : pt->iwork;
+	void *rwork = query ? (void *)qr : pt->rwork;
+
+	fi(&info, 0);
+	fi(&n, pt->n);
+	fi(&n2, pt->n);
+	fi(&n3, pt->n);
+	fi(&ld, pt->n);
+	fi(&lw, query ? -1 : pt->lwork);
+	fi(&liw, query ? -1 : pt->liwork);
+	fi(&lrw, query ? -1 : pt->lrwork);
+	switch (pt->w->kind) {
+	case K_GEMM:
+		((gemm_t *)pt->fn)("N", "N", fi(&n, pt->n), fi(&n2, pt->n),
+				   fi(&n3, pt->n), al, pt->a, fi(&ld, pt->n),
+				   pt->b, FI(ld), be, pt->c, FI(ld), 1, 1);
+		return 0;
+	case K_GETRF:
+		((getrf_t *)pt->fn)(fi(&n, pt->n), fi(&n2, pt->n), pt->a,
+				    fi(&ld, pt->n), pt->piv, fi(&info, 0));
+		break;
+	case K_GESV:
+		((gesv_t *)pt->fn)(fi(&n, pt->n), fi(&n2, pt->n), pt->a,
+				   fi(&ld, pt->n), pt->piv, pt->b, FI(ld),
+				   fi(&info, 0));
+		break;
+	case K_POTRF:
+		((potrf_t *)pt->fn)("L", fi(&n, pt->n), pt->a, fi(&ld, pt->n),
+				    fi(&info, 0), 1);
+		break;
+	case K_SYEVD:
+		((syevd_t *)pt->fn)("V", "L", fi(&n, pt->n), pt->a,
+				    fi(&ld, pt->n), pt->w_, work,
+				    FI(lw),
+				    iwork, FI(liw),
+				    fi(&info, 0), 1, 1);
+		break;
+	case K_HEEVD:
+		((heevd_t *)pt->fn)("V", "L", fi(&n, pt->n), pt->a,
+				    fi(&ld, pt->n), pt->w_, work,
+				    FI(lw),
+				    rwork, FI(lrw),
+				    iwork, FI(liw),
+				    fi(&info, 0), 1, 1);
+		break;
+	case K_GESDD:
+		if (iscpx(pt->p))
+			((gesdd_c_t *)pt->fn)("A", fi(&n, pt->n), fi(&n2, pt->n),
+					      pt->a, fi(&ld, pt->n), pt->w_,
+					      pt->b, FI(ld), pt->c, FI(ld), work,
+					      FI(lw),
+					      pt->rwork, pt->iwork, fi(&info, 0), 1);
+		else
+			((gesdd_r_t *)pt->fn)("A", fi(&n, pt->n), fi(&n2, pt->n),
+					      pt->a, fi(&ld, pt->n), pt->w_,
+					      pt->b, FI(ld), pt->c, FI(ld), work,
+					      FI(lw),
+					      pt->iwork, fi(&info, 0), 1);
+		break;
+	case K_GESVD:
+		((gesvd_r_t *)pt->fn)("A", "A", fi(&n, pt->n), fi(&n2, pt->n),
+				      pt->a, fi(&ld, pt->n), pt->w_, pt->b, FI(ld),
+				      pt->c, FI(ld), work,
+				      FI(lw),
+				      fi(&info, 0), 1, 1);
+		break;
+	}
+	if (query) {
+		*qwork = qw[0];
+		*qiwork = aget(qi, 0);
+		*qrwork = qr[0];
+		if (!isdbl(pt->p)) {
+			/* single precision: work(1) and rwork(1) are floats */
+			float f;
+			memcpy(&f, qw, sizeof f);
+			*qwork = f;
+			memcpy(&f, qr, sizeof f);
+			*qrwork = f;
 		}
-		if (dbl)
-			((double *)p)[(size_t)i * n + i] += n;
-		else
-			((float *)p)[(size_t)i * n + i] += (float)n;
 	}
+	return fget(&info);
+}
+
+/* The matrices of one call: A refilled (LAPACK overwrites it). */
+static void prepare(struct point *pt)
+{
+	enum kind k = pt->w->kind;
+	int herm = k == K_POTRF || k == K_SYEVD || k == K_HEEVD;
+
+	fill(pt->a, pt->p, pt->n, herm, pt->singular);
+	if (k == K_GEMM || k == K_GESV)
+		fill(pt->b, pt->p, pt->n, 0, 0);
+}
+
+static void measure(void *arg, int attempt)
+{
+	struct point *pt = arg;
+	double start = mono();
+
+	pt->ncall = 0;
+	pt->fastest = 0;
+	for (int r = 0; r < pt->reps && r < 64; r++) {
+		double t;
+		if (pt->w->kind != K_GEMM || r == 0)
+			prepare(pt);
+		pt->t0[r] = real_ns();
+		t = mono();
+		pt->info[r] = call(pt, 0, NULL, NULL, NULL);
+		t = mono() - t;
+		pt->t1[r] = real_ns();
+		pt->ncall = r + 1;
+		if (pt->fastest == 0 || t < pt->fastest)
+			pt->fastest = t;
+		/* a point of long calls: two are enough for its quartile */
+		if (r >= 1 && mono() - start > 2 * pt->cap)
+			break;
+	}
+	if (attempt == 0 && pt->slow_hook)
+		slow_next = 1;
+}
+
+/* "NAME:N" of a test hook matches the point. */
+static int hook(const char *var, const char *name, int n)
+{
+	const char *v = getenv(var);
+	char want[48];
+
+	if (!v || !*v)
+		return 0;
+	snprintf(want, sizeof want, "%s:%d", name, n);
+	return strcmp(v, want) == 0;
+}
+
+/* A listed curve ("dgemm,sgetrf"); NULL or "" lists every curve. */
+static int listed(const char *list, const char *name)
+{
+	size_t l = strlen(name);
+
+	if (!list || !*list)
+		return 1;
+	for (const char *s = list; (s = strstr(s, name)); s += l)
+		if ((s == list || s[-1] == ',') && (s[l] == ',' || s[l] == '\0' ||
+						   s[l] == '='))
+			return 1;
+	return 0;
+}
+
+/* The plan's largest size of `name` (0: not in the plan); -1 no plan. */
+static long planned(const char *plan, const char *name)
+{
+	size_t l = strlen(name);
+
+	if (!plan || !*plan)
+		return -1;
+	for (const char *s = plan; (s = strstr(s, name)); s += l)
+		if ((s == plan || s[-1] == ',') && s[l] == '=') {
+			long v = 0;
+			for (s += l + 1; *s >= '0' && *s <= '9' && v < 1000000; s++)
+				v = v * 10 + (*s - '0');
+			return v;
+		}
+	return 0;
 }
 
 /* A decimal argument (no atoi in src/: see src/lease/num.c). */
-static int arg(const char *s, int def)
+static long arg(const char *s, long def)
 {
-	int v = 0;
+	long v = 0;
 
 	if (!s || !*s)
 		return def;
-	for (; *s >= '0' && *s <= '9' && v < 1000000; s++)
+	for (; *s >= '0' && *s <= '9' && v < 100000000; s++)
 		v = v * 10 + (*s - '0');
 	return *s || v == 0 ? def : v;
 }
 
+/* Buffers for one size, the largest any curve needs. */
+struct bufs { void *a, *b, *c, *piv, *w, *iwork, *rwork; };
+
+static int alloc(struct bufs *b, int n)
+{
+	size_t nn = (size_t)n * n;
+
+	b->a = malloc(nn * 16);
+	b->b = malloc(nn * 16);
+	b->c = malloc(nn * 16);
+	b->piv = malloc((size_t)n * 8 + 8);
+	b->w = malloc((size_t)n * 8 + 8);
+	/* gesdd: 8 n integers; complex gesdd's rwork (jobz A):
+	 * 5 n^2 + 7 n reals at most */
+	b->iwork = malloc((size_t)n * 64 + 64);
+	b->rwork = malloc((nn * 5 + (size_t)n * 7 + 8) * 8);
+	return b->a && b->b && b->c && b->piv && b->w && b->iwork &&
+	       b->rwork ? 0 : -1;
+}
+
+static void release(struct bufs *b)
+{
+	free(b->a);
+	free(b->b);
+	free(b->c);
+	free(b->piv);
+	free(b->w);
+	free(b->iwork);
+	free(b->rwork);
+	memset(b, 0, sizeof *b);
+}
+
 int main(int argc, char **argv)
 {
-	const char *blas = getenv("GPO_CALIB_BLAS"), *lapack = getenv("GPO_CALIB_LAPACK");
-	int max = arg(argc > 1 ? argv[1] : NULL, 512);
-	int reps = arg(argc > 2 ? argv[2] : NULL, 3);
-	static const char gprec[] = "sdcz", lprec[] = "sd";
+	long max = arg(argc > 1 ? argv[1] : NULL, 512);
+	int reps = (int)arg(argc > 2 ? argv[2] : NULL, 4);
+	double cap = arg(argc > 3 ? argv[3] : NULL, 1000) / 1000.0;
+	double deadline = (double)arg(argc > 4 ? argv[4] : NULL, 600);
+	const char *lp = getenv("GPO_CALIB_LOG"), *ops = getenv("GPO_CALIB_OPS");
+	const char *plan = getenv("GPO_CALIB_PLAN");
+	struct gpo_crule rule = { 1.5, 20, 3 };
+	FILE *log = lp && *lp ? fopen(lp, "w") : stdout;
+	int done[NCURVES] = { 0 };
+	double last[NCURVES] = { 0 }; /* the curve's last point, seconds */
+	double start = mono(), quiet;
+	struct bufs bf;
 
-	if (!dlopen(blas && *blas ? blas : "libblas.so.3", RTLD_NOW | RTLD_GLOBAL) ||
-	    !dlopen(lapack && *lapack ? lapack : "liblapack.so.3", RTLD_NOW | RTLD_GLOBAL)) {
-		fprintf(stderr, "gpu-offload-calib: %s\n", dlerror());
+	if (!log) {
+		perror(lp);
 		return 1;
 	}
-	quiet = canary();
+	memset(&bf, 0, sizeof bf);
+	always_quiet = getenv("GPO_CALIB_TEST_QUIET") &&
+		       strcmp(getenv("GPO_CALIB_TEST_QUIET"), "1") == 0;
+	if (load(log))
+		return 1;
+	quiet = canary(NULL);
 	for (int i = 0; i < 4; i++) {
-		double t = canary();
+		double t = canary(NULL);
 		if (t < quiet)
 			quiet = t;
 	}
-	for (int n = 64; n <= max; n *= 2) {
-		size_t elems = (size_t)n * n;
-		void *a = malloc(elems * 16), *b = malloc(elems * 16),
-		     *c = malloc(elems * 16);
-		int *piv = malloc(sizeof(int) * (size_t)n), info;
-		if (!a || !b || !c || !piv)
-			return 1;
-		for (int p = 0; p < 4; p++) {
-			char name[16];
-			gemm_fn *gemm;
-			static const double one[2] = { 1, 0 }, zero[2] = { 0, 0 };
-			static const float onef[2] = { 1, 0 }, zerof[2] = { 0, 0 };
-			const void *al = p == 0 || p == 2 ? (const void *)onef : (const void *)one;
-			const void *be = p == 0 || p == 2 ? (const void *)zerof : (const void *)zero;
-			snprintf(name, sizeof name, "%cgemm_", gprec[p]);
-			gemm = (gemm_fn *)dlsym(RTLD_DEFAULT, name);
-			if (!gemm)
-				continue;
-			fill(a, elems * (p >= 2 ? 2 : 1), p == 1 || p == 3, 0, n);
-			fill(b, elems * (p >= 2 ? 2 : 1), p == 1 || p == 3, 0, n);
-			for (int tries = 0; tries < 3; tries++) {
-				settle();
-				for (int r = 0; r < reps; r++)
-					gemm("N", "N", &n, &n, &n, al, a, &n, b, &n, be, c, &n, 1, 1);
-				if (clean())
-					break;
-			}
+	fprintf(log, "quiet %.9f\n", quiet);
+	fflush(log);
+	{
+		/* A first call outside every point: the GPU pass starts the
+		 * GPU here, so no point's call pays the start-up. */
+		struct point w;
+		memset(&w, 0, sizeof w);
+		w.w = &wops[0];
+		w.p = 'd';
+		w.n = 64;
+		snprintf(w.name, sizeof w.name, "%sdgemm%s", prefix, suffix);
+		w.fn = find(w.name);
+		if (w.fn && alloc(&bf, 64) == 0) {
+			w.a = bf.a, w.b = bf.b, w.c = bf.c;
+			prepare(&w);
+			call(&w, 0, NULL, NULL, NULL);
 		}
-		for (int p = 0; p < 2; p++) {
-			char name[16];
-			getrf_fn *getrf;
-			potrf_fn *potrf;
-			snprintf(name, sizeof name, "%cgetrf_", lprec[p]);
-			getrf = (getrf_fn *)dlsym(RTLD_DEFAULT, name);
-			snprintf(name, sizeof name, "%cpotrf_", lprec[p]);
-			potrf = (potrf_fn *)dlsym(RTLD_DEFAULT, name);
-			for (int tries = 0; getrf && tries < 3; tries++) {
-				settle();
-				for (int r = 0; r < reps; r++) {
-					fill(a, elems, p == 1, 1, n);
-					getrf(&n, &n, a, &n, piv, &info);
-				}
-				if (clean())
-					break;
-			}
-			for (int tries = 0; potrf && tries < 3; tries++) {
-				settle();
-				for (int r = 0; r < reps; r++) {
-					fill(a, elems, p == 1, 1, n);
-					potrf("L", &n, a, &n, &info, 1);
-				}
-				if (clean())
-					break;
-			}
-		}
-		free(a);
-		free(b);
-		free(c);
-		free(piv);
+		release(&bf);
 	}
+	for (long n = 64; n <= max; n *= 2) {
+		int curve = 0, any = 0;
+
+		for (size_t o = 0; o < sizeof wops / sizeof wops[0]; o++)
+			for (const char *p = wops[o].precs; *p; p++, curve++) {
+				struct point pt;
+				struct gpo_cresult res;
+				char cname[16];
+				long lim;
+				double qw, qr;
+				int64_t qi, info;
+
+				snprintf(cname, sizeof cname, "%c%s", *p, wops[o].op);
+				lim = planned(plan, cname);
+				if (done[curve] || !listed(ops, cname) ||
+				    (lim >= 0 && n > lim))
+					continue;
+				/* The cheap curves may still fit when the slow
+				 * ones do not: each is cut on its own. */
+				if (mono() - start + 8 * last[curve] > deadline) {
+					fprintf(log, "budget %s %ld\n", cname, n);
+					done[curve] = 1;
+					continue;
+				}
+				last[curve] = mono();
+				any = 1;
+				if (!bf.a && alloc(&bf, (int)n)) {
+					fprintf(stderr, "gpu-offload-calib: out of memory at size %ld\n", n);
+					goto out;
+				}
+				memset(&pt, 0, sizeof pt);
+				pt.w = &wops[o];
+				pt.p = *p;
+				pt.n = (int)n;
+				pt.reps = reps;
+				pt.cap = cap;
+				pt.a = bf.a, pt.b = bf.b, pt.c = bf.c;
+				pt.piv = bf.piv, pt.w_ = bf.w;
+				pt.iwork = bf.iwork, pt.rwork = bf.rwork;
+				snprintf(pt.name, sizeof pt.name, "%s%s%s", prefix,
+					 cname, suffix);
+				pt.fn = find(pt.name);
+				if (!pt.fn) {
+					fprintf(log, "missing %s\n", pt.name);
+					done[curve] = 1;
+					continue;
+				}
+				pt.singular = hook("GPO_CALIB_TEST_SINGULAR", cname, (int)n);
+				pt.slow_hook = hook("GPO_CALIB_TEST_SLOW", cname, (int)n);
+				pt.lwork = 1;
+				/* The workspace query, outside the measured calls. */
+				if (pt.w->kind >= K_SYEVD) {
+					prepare(&pt);
+					info = call(&pt, 1, &qw, &qi, &qr);
+					pt.lwork = info == 0 && qw >= 1 ? (int64_t)qw : 1;
+					pt.liwork = qi > 0 ? qi : 8 * n;
+					pt.lrwork = qr >= 1 ? (int64_t)qr : 1;
+					if (pt.w->kind == K_GESDD)
+						pt.liwork = 8 * n;
+					pt.work = malloc((size_t)pt.lwork * esize(pt.p) + 64);
+					if (pt.liwork * (w64 ? 8 : 4) > (int64_t)n * 64 ||
+					    pt.lrwork > (int64_t)(n * n * 5 + n * 7 + 8) ||
+					    !pt.work) {
+						free(pt.work);
+						fprintf(log, "missing %s\n", pt.name);
+						done[curve] = 1;
+						continue;
+					}
+				}
+				gpo_calib_point(&rule, quiet, canary, measure, &pt, &res);
+				quiet = res.quiet;
+				last[curve] = mono() - last[curve];
+				free(pt.work);
+				fprintf(log, "point %s %ld attempts %d clean %d unsettled %d\n",
+					cname, n, res.attempts, res.clean, res.unsettled);
+				for (int i = 0; i < pt.ncall; i++)
+					fprintf(log, "call %lld %lld %lld\n",
+						(long long)pt.t0[i], (long long)pt.t1[i],
+						(long long)pt.info[i]);
+				fflush(log);
+				if (pt.fastest > cap)
+					done[curve] = 1;
+			}
+		release(&bf);
+		if (!any)
+			break;
+	}
+out:
+	release(&bf);
+	if (log != stdout)
+		fclose(log);
 	return 0;
 }
