@@ -252,3 +252,92 @@ def test_rotation_bounds_the_log(built, lockdir, journal):
     # What is left is whole records, the newest ones.
     recs = log_json(lockdir)
     assert recs and all(r["ev"] in ("grant", "exit", "end") for r in recs)
+
+
+def open_files(pid):
+    fds = os.path.join("/proc", str(pid), "fd")
+    return {os.readlink(os.path.join(fds, n)) for n in os.listdir(fds)}
+
+
+def test_claim_opens_its_log_before_it_waits(built, lockdir, journal):
+    """The grant's record costs no open on the hand-off path: a waiter
+    has its log open while it sleeps in line (and only then), and its
+    grant is recorded even when the file it opened was rotated away
+    meanwhile (once, below the limit: the record is in events.log.1;
+    twice: that file is gone, so the record goes to a new events.log)."""
+    env = jobs.job_env(lockdir, journal, devices="0")
+    d = jobs.job_dir(lockdir)
+    log, old = os.path.join(d, "events.log"), os.path.join(d, "events.log.1")
+    for rotations in (1, 2):
+        holder = jobs.start(HOLDER, dict(env, GPUMUTEX_JOB="h%d" % rotations),
+                            ready=True, hold=True)
+        assert holder.ready()
+        job = "w%d" % rotations
+        waiter = jobs.start(HOLDER, dict(env, GPUMUTEX_JOB=job), waiting=True,
+                            ready=True, hold=True)
+        assert waiter.waited()
+        assert log in open_files(waiter.pid)
+        for _ in range(rotations):
+            os.rename(log, old)
+            with open(log, "a"):
+                pass
+            os.chmod(log, 0o644)
+        holder.release()
+        assert holder.wait() == 0 and waiter.ready()
+        # Held now: the one log descriptor left is the lease's, for its
+        # exit record (below): the file its grant record went to.
+        assert [f for f in open_files(waiter.pid) if "events.log" in f] == \
+            [old if rotations == 1 else log]
+        waiter.release()
+        assert waiter.wait() == 0
+        grants = [r for r in log_json(lockdir)
+                  if r["ev"] == "grant" and r["job"] == job]
+        assert len(grants) == 1
+        where = old if rotations == 1 else log
+        assert any(" grant " in line and (" job=%s " % job) in line
+                   for line in open(where).read().splitlines()), where
+
+
+def cloexec(pid, path):
+    fds = os.path.join("/proc", str(pid), "fd")
+    for n in os.listdir(fds):
+        if os.readlink(os.path.join(fds, n)) == path:
+            with open(os.path.join("/proc", str(pid), "fdinfo", n)) as f:
+                flags = [l for l in f if l.startswith("flags:")][0]
+            return bool(int(flags.split()[1], 8) & 0o2000000)
+    raise AssertionError(path + " not open in %d" % pid)
+
+
+def test_exit_record_goes_through_the_leases_descriptor(built, lockdir, journal):
+    """The exit record costs the hand-off no open and no path lookup: the
+    log descriptor the claim opened is the lease's while it is held
+    (close-on-exec, like the lease's own), and the destructor writes the
+    record through it. Observable: the file is renamed to events.log.1
+    (a rotation, below the limit) while the lease is held, and the exit
+    record is in the file the descriptor names, not in a new events.log."""
+    env = jobs.job_env(lockdir, journal, devices="0")
+    d = jobs.job_dir(lockdir)
+    log, old = os.path.join(d, "events.log"), os.path.join(d, "events.log.1")
+    holder = jobs.start(HOLDER, dict(env, GPUMUTEX_JOB="x"), ready=True,
+                        hold=True)
+    assert holder.ready()
+    assert [f for f in open_files(holder.pid) if "events.log" in f] == [log]
+    assert cloexec(holder.pid, log)
+    os.rename(log, old)
+    with open(log, "a"):
+        pass
+    os.chmod(log, 0o644)
+    holder.release()
+    assert holder.wait() == 0
+    exits = [r for r in log_json(lockdir) if r["ev"] == "exit"]
+    assert len(exits) == 1 and exits[0]["job"] == "x"
+    assert [l for l in open(old).read().splitlines() if l.startswith("gm1 exit ")]
+    assert open(log).read() == ""
+    # The record is whole and says what the path-written one said.
+    grant = [r for r in log_json(lockdir) if r["ev"] == "grant"][0]
+    assert exits[0]["lease"] == grant["lease"]
+    assert exits[0]["pid"] == holder.pid and exits[0]["uid"] == os.geteuid()
+    line = [l for l in open(old).read().splitlines() if l.startswith("gm1 exit ")][0]
+    g = [l for l in open(old).read().splitlines() if l.startswith("gm1 grant ")][0]
+    same = [f for f in g.split() if f.startswith(("lease=", "dev="))]
+    assert line.endswith(" job=x " + " ".join(same)), (line, g)

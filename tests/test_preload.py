@@ -494,7 +494,8 @@ def test_errno_is_preserved(env):
 @pytest.mark.parametrize("n", ["1", "2"])
 def test_only_the_lease_descriptors_stay_open(env, tmp_path, n):
     """After cuInit the process holds one descriptor per leased GPU (the
-    lease itself), close-on-exec, and nothing else of ours."""
+    lease itself) and one of its user's event log (the lease's too, for
+    its exit record), all close-on-exec, and nothing else of ours."""
     env["GPUMUTEX_NUM_DEVICES"] = n
     env["CUPROBE_TOUCH"] = "1"
     res = run([T / "cuprobe", "fds"], env)
@@ -505,7 +506,8 @@ def test_only_the_lease_descriptors_stay_open(env, tmp_path, n):
                if l.startswith("fd=")]
     dev = str(tmp_path / "lock" / "dev") + "/"
     leased = inits(env)[0]["cvd"].split(",")
-    assert sorted(fds) == sorted(dev + d for d in leased), res.stdout
+    log = str(tmp_path / "lock" / "job" / str(os.geteuid()) / "events.log")
+    assert sorted(fds) == sorted([log] + [dev + d for d in leased]), res.stdout
     assert set(cloexec) == {"cloexec=1"}
 
 

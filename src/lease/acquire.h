@@ -86,6 +86,9 @@ void gm__holder_files(struct acq *a, const struct gm_lease *l);
  * written when it began), once the ticket and the job lock are released:
  * off the hand-off path. `rc` is gm_lease_acquire's result. */
 void gm__ev_acquired(struct acq *a, int rc, const struct gm_lease *out);
+/* events.c: before a claim may wait, make its records ready (open the
+ * log; a->ev.fd, closed by gm__ev_acquired). Never fails the claim. */
+void gm__ev_prepare(struct acq *a);
 /* events.c: a claim is about to sleep in line for the first time. */
 void gm__ev_waiting(struct acq *a, int ahead, int head);
 

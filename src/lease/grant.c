@@ -170,6 +170,7 @@ int gm__claim(struct acq *a, struct gm_lease *out)
 		return gm__fail(-errno, a->err, a->errlen,
 				"cannot write lease record job/%s/%s.lease.tmp: %s",
 				a->d.user_name, a->jobname, strerror(errno));
+	gm__ev_prepare(a); /* the event log, also before waiting */
 	/* Make every candidate's device file now, not only the ones tried,
 	 * so `gpumutex status` lists the whole managed set from the start. */
 	for (int i = 0; i < a->cfg->ndevices; i++) {

@@ -112,7 +112,7 @@ int gm_lease_acquire(const struct gm_config *cfg,
 	a->cfg = cfg;
 	a->hooks = hooks;
 	a->mask = mask;
-	a->jobfd = a->tk.fd = a->tk.cfd = a->recfd = -1;
+	a->jobfd = a->tk.fd = a->tk.cfd = a->recfd = a->ev.fd = -1;
 	a->err = err;
 	a->errlen = errlen;
 	a->deadline = cfg->timeout_s < 0 ? -1 :

@@ -12,5 +12,5 @@ void gm_lease_release(struct gm_lease *l)
 			gm__close(l->fds[i]);
 		l->fds[i] = -1;
 	}
-	gm__ev_gave_back();
+	gm__ev_gave_back(l);
 }

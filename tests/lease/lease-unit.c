@@ -65,6 +65,35 @@ static int count_fds(void)
 	return n - 1; /* the DIR's own descriptor */
 }
 
+/* 1 when this process has exactly one descriptor of an events.log, and
+ * it is close-on-exec (the lease's log descriptor). */
+static int log_fd_cloexec(void)
+{
+	DIR *d = opendir("/proc/self/fd");
+	struct dirent *de;
+	char path[320], target[4096];
+	int n = 0, ok = 1;
+
+	while (d && (de = readdir(d)) != NULL) {
+		ssize_t len;
+
+		if (de->d_name[0] == '.')
+			continue;
+		snprintf(path, sizeof path, "/proc/self/fd/%s", de->d_name);
+		len = readlink(path, target, sizeof target - 1);
+		target[len > 0 ? len : 0] = '\0';
+		if (len > 0 && strstr(target, "/events.log")) {
+			int fd = (int)strtol(de->d_name, NULL, 10);
+
+			n++;
+			ok = ok && (fcntl(fd, F_GETFD) & FD_CLOEXEC);
+		}
+	}
+	if (d)
+		closedir(d);
+	return n == 1 && ok;
+}
+
 static void base_config(struct gm_config *c, const char *dir, int ndev, int want)
 {
 	memset(c, 0, sizeof *c);
@@ -328,8 +357,7 @@ static int try_acquire(const char *dir, char *err, size_t errlen)
 	c.timeout_s = 0;
 	rc = gm_lease_acquire(&c, NULL, &l, err, errlen);
 	if (rc == 0)
-		for (int i = 0; i < l.ndevices; i++)
-			close(l.fds[i]);
+		gm_lease_release(&l); /* its descriptors, its log's too */
 	return rc;
 }
 
@@ -465,6 +493,9 @@ static void test_acquire_join_state(void)
 	CHECK_INT(a.devices[1], 1);
 	CHECK_INT(a.joined, 0);
 	CHECK(a.ticket > 0);
+	/* Held: the lease's descriptors and its event log's, no other. */
+	CHECK_INT(count_fds(), before + a.ndevices + 1);
+	CHECK(log_fd_cloexec());
 
 	/* The same job joins at once, on the same devices. */
 	CHECK_INT(gm_lease_acquire(&c, NULL, &b, err, sizeof err), 0);
@@ -515,10 +546,8 @@ static void test_acquire_join_state(void)
 	gm_state_free(&st);
 
 	/* Closing every descriptor of the first lease frees devices 0 and 1. */
-	for (int i = 0; i < a.ndevices; i++)
-		close(a.fds[i]);
-	for (int i = 0; i < b.ndevices; i++)
-		close(b.fds[i]);
+	gm_lease_release(&a);
+	gm_lease_release(&b);
 	other.timeout_s = 0;
 	CHECK_INT(gm_lease_acquire(&other, NULL, &a, err, sizeof err), 0);
 	CHECK_INT(a.devices[0], 0);
@@ -531,12 +560,9 @@ static void test_acquire_join_state(void)
 	CHECK_INT(gm_lease_acquire(&c, NULL, &b, err, sizeof err), 0);
 	CHECK_INT(b.joined, 0);
 	CHECK_INT(b.devices[0], 1);
-	for (int i = 0; i < a.ndevices; i++)
-		close(a.fds[i]);
-	for (int i = 0; i < b.ndevices; i++)
-		close(b.fds[i]);
-	for (int i = 0; i < x.ndevices; i++)
-		close(x.fds[i]);
+	gm_lease_release(&a);
+	gm_lease_release(&b);
+	gm_lease_release(&x);
 	CHECK_INT(count_fds(), before);
 }
 
