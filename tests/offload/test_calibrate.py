@@ -16,7 +16,7 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
 from conftest import BUILD, REPO  # noqa: E402
-from policylib import GPU_OFFLOAD, GUARD  # noqa: E402
+from policylib import GPU_OFFLOAD, GUARD, needs_lapack  # noqa: E402
 
 TESTBE = os.path.join(BUILD, "libgpuoffload-test.so")
 CALIB_UNIT = os.path.join(BUILD, "tests", "offload", "calib-unit")
@@ -29,22 +29,6 @@ def build():
     subprocess.run(["make", "-C", REPO, "-s", "all", "offload-tests"],
                    check=True)
 
-
-def _have_lapack():
-    import ctypes
-    try:
-        ctypes.CDLL("libblas.so.3")
-        ctypes.CDLL("liblapack.so.3")
-        return True
-    except OSError:
-        return False
-
-
-# libblas3 and liblapack3 come with the host-only test packages
-# (python3-numpy, .ci/packages below the marker), not in the distro-check
-# roots: there these tests say they skipped.
-needs_lapack = pytest.mark.skipif(not _have_lapack(),
-                                  reason="no libblas.so.3 / liblapack.so.3")
 
 
 def clean_env(tmp_path, **extra):

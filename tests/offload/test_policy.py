@@ -13,7 +13,7 @@ import pytest
 sys.path.insert(0, os.path.dirname(__file__))
 from conftest import REPO  # noqa: E402
 from policylib import (GPU_OFFLOAD, GUARD, MODEL_UNIT, PROFILE, Driver,  # noqa: E402
-                       env, write_profile)
+                       env, needs_lapack, write_profile)
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -141,22 +141,6 @@ cpu dgetrf 1e3:1e6
 gpu dgetrf 1e3:1e15
 """
 
-
-def _have_lapack():
-    import ctypes
-    try:
-        ctypes.CDLL("libblas.so.3")
-        ctypes.CDLL("liblapack.so.3")
-        return True
-    except OSError:
-        return False
-
-
-# libblas3 and liblapack3 come with the host-only test packages
-# (python3-numpy, .ci/packages below the marker), not in the distro-check
-# roots: there these tests say they skipped.
-needs_lapack = pytest.mark.skipif(not _have_lapack(),
-                                  reason="no libblas.so.3 / liblapack.so.3")
 
 
 def run_workload(tmp_path, e, extra=()):

@@ -98,13 +98,13 @@ static void gpc__free_block(struct gpc__block *b)
 	memset(b, 0, sizeof *b);
 }
 
-/* Free every block not in use by the staged results of this call. */
-static void gpc__free_unused_blocks(void)
+/* Free every block `drop` says to, keeping the others in order. */
+static void gpc__free_blocks(int (*drop)(const struct gpc__block *b))
 {
 	int n = 0;
 
 	for (int i = 0; i < gpc__x.nblk; i++) {
-		if (gpc__x.blk[i].used == 0)
+		if (drop(&gpc__x.blk[i]))
 			gpc__free_block(&gpc__x.blk[i]);
 		else
 			gpc__x.blk[n++] = gpc__x.blk[i];
@@ -112,6 +112,17 @@ static void gpc__free_unused_blocks(void)
 	for (int i = n; i < gpc__x.nblk; i++)
 		memset(&gpc__x.blk[i], 0, sizeof gpc__x.blk[i]);
 	gpc__x.nblk = n;
+}
+
+static int gpc__unused(const struct gpc__block *b)
+{
+	return b->used == 0;
+}
+
+/* Free every block not in use by the staged results of this call. */
+static void gpc__free_unused_blocks(void)
+{
+	gpc__free_blocks(gpc__unused);
 }
 
 static uint64_t gpc__block_bytes(void)
@@ -580,25 +591,19 @@ int gpc_xfer_idle(void)
 	return freed;
 }
 
+static int gpc__idle(const struct gpc__block *b)
+{
+	return gpc__x.calls - b->last_call >= GPC_STAGE_IDLE_CALLS;
+}
+
 static void gpc__trim(void)
 {
-	int n = 0;
-
 	if (gpc__x.nst)
 		return;
-	if (gpc__block_bytes() > gpc__x.t.keep) {
+	if (gpc__block_bytes() > gpc__x.t.keep)
 		gpc__free_unused_blocks();
-		return;
-	}
-	for (int i = 0; i < gpc__x.nblk; i++) {
-		if (gpc__x.calls - gpc__x.blk[i].last_call >= GPC_STAGE_IDLE_CALLS)
-			gpc__free_block(&gpc__x.blk[i]);
-		else
-			gpc__x.blk[n++] = gpc__x.blk[i];
-	}
-	for (int i = n; i < gpc__x.nblk; i++)
-		memset(&gpc__x.blk[i], 0, sizeof gpc__x.blk[i]);
-	gpc__x.nblk = n;
+	else
+		gpc__free_blocks(gpc__idle);
 }
 
 void gpc_xfer_stats(struct gpc_xfer_stats *st)
