@@ -157,6 +157,15 @@ uint64_t gpo_fingerprint(const void *p, uint64_t bytes)
 	return h ? h : 1;
 }
 
+/* Whether a call traced with this reason references its operands as
+ * described (see gpo_trace_call). */
+static int gpo__references(unsigned reason)
+{
+	return reason != GPO_R_SMALL && reason != GPO_R_NESTED &&
+	       reason != GPO_R_WORKSPACE && reason != GPO_R_MEASURED &&
+	       reason != GPO_R_UNSUPPORTED;
+}
+
 void gpo_trace_before(const struct gpo_call *c)
 {
 	struct gpo__pre *p = gpo__pre_get();
@@ -176,7 +185,7 @@ int gpo_trace_call(const struct gpo_call *c, const struct gpo_decision *d,
 	struct gpo_trace_rec r;
 	const char *name = gpo_op_name(c->op);
 	struct gpo__pre *p = gpo__pre_get();
-	int rc, pre = p && p->c == c;
+	int rc, pre = p && p->c == c, refs;
 
 	memset(&r, 0, sizeof r);
 	r.kind = GPO_TK_CALL;
@@ -203,12 +212,21 @@ int gpo_trace_call(const struct gpo_call *c, const struct gpo_decision *d,
 	r.copy_out_s = cout;
 	r.site = (uint64_t)(uintptr_t)c->site;
 	r.nbuf = (uint8_t)(c->nbuf < 0 ? 0 : c->nbuf > 4 ? 4 : c->nbuf);
+	/* Operands are read (fingerprinted) only for a call that passed the
+	 * frontend's argument checks and references them: never for a
+	 * workspace query, whose arrays may be 1-element dummies beside
+	 * dimensions of 2^32 (numpy's and SciPy's own tests do that), nor for
+	 * a call below the threshold, nested, measured or unsupported, whose
+	 * arguments were not checked. Those carry no fingerprints (0). */
+	refs = gpo__references(d->reason);
 	for (int i = 0; i < r.nbuf; i++) {
 		const struct gpo_buf *b = &c->buf[i];
 		r.buf[i].ptr = (uint64_t)(uintptr_t)b->ptr;
 		r.buf[i].bytes = b->bytes;
 		r.buf[i].in = b->in;
 		r.buf[i].out = b->out;
+		if (!refs)
+			continue;
 		r.buf[i].fp_before = pre ? p->fp[i] : 0;
 		r.buf[i].fp_after = gpo_fingerprint(b->ptr, b->bytes);
 		if (!b->out && !pre && b->in)

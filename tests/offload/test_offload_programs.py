@@ -6,6 +6,7 @@ import os
 import pathlib
 import shutil
 import subprocess
+import sys
 import tempfile
 
 import pytest
@@ -168,3 +169,38 @@ def test_many_call_sites_resolve_per_module_not_per_call(tmp_path):
     # One lookup per module that calls (the program), whatever the number
     # of sites and calls; a per-call lookup would make it 16 x 200.
     assert counts[0] <= 4, p.stderr
+
+
+QUERY_PROG = r"""
+import ctypes, sys
+ctypes.CDLL("liblapack.so.3", mode=ctypes.RTLD_GLOBAL)
+lapack = ctypes.CDLL(None)          # the preloaded wrappers come first
+f = lapack.dgeqrf_
+i = ctypes.c_int
+# A workspace query (lwork = -1) for a matrix far larger than the memory
+# passed: LAPACK references neither A nor TAU then (numpy's and SciPy's
+# own tests do this with 1-element dummies), so nobody else may either.
+m = n = lda = i(1 << 30)
+a = (ctypes.c_double * 1)()
+tau = (ctypes.c_double * 1)()
+work = (ctypes.c_double * 1)()
+lwork, info = i(-1), i(0)
+f(ctypes.byref(m), ctypes.byref(n), a, ctypes.byref(lda), tau, work,
+  ctypes.byref(lwork), ctypes.byref(info))
+print("info", info.value, "lwork", work[0])
+"""
+
+
+@pytest.mark.parametrize("mode", ["", "gpu"])
+def test_traced_workspace_query_reads_no_operand(tmp_path, mode):
+    """A traced LAPACK workspace query with dimensions far beyond the
+    arrays passed (as numpy's test_blas64_geqrf_lwork_smoketest and SciPy's
+    test_geqrf_lwork do): the trace must not read the operands (their
+    fingerprints), which killed those test processes on the H200."""
+    ref = run([sys.executable, "-c", QUERY_PROG], F.env(tmp_path))
+    assert ref.returncode == 0 and ref.stdout.startswith("info 0 "), ref
+    e = F.env(tmp_path, mode)
+    e["GPU_OFFLOAD_TRACE"] = str(tmp_path / "trace")
+    p = run([sys.executable, "-c", QUERY_PROG], e)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert p.stdout == ref.stdout, p.stdout + p.stderr
