@@ -126,7 +126,7 @@ def status_json(env):
     return json.loads(r.stdout)
 
 
-def _have_lapack():
+def have_lapack():
     import ctypes
     try:
         ctypes.CDLL("libblas.so.3")
@@ -139,5 +139,5 @@ def _have_lapack():
 # libblas3 and liblapack3 come with the host-only test packages
 # (python3-numpy, .ci/packages below the marker), not in the distro-check
 # roots: there the tests that run the calibration workload say they skipped.
-needs_lapack = pytest.mark.skipif(not _have_lapack(),
+needs_lapack = pytest.mark.skipif(not have_lapack(),
                                   reason="no libblas.so.3 / liblapack.so.3")
