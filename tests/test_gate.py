@@ -44,6 +44,35 @@ def test_clean_library_passes(tmp_path):
     assert "gate: ok" in r.stdout
 
 
+def test_verdict_does_not_race_a_long_dynamic_section(tmp_path):
+    """The gate once piped readelf's output into `grep -q` under pipefail:
+    grep leaves at the first match, the writer then dies of SIGPIPE, and a
+    clean library "has no SONAME" (seen once in CI, under load). A readelf
+    whose output is far longer than a pipe holds makes that certain."""
+    real = shutil.which("readelf")
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "readelf").write_text(
+        "#!/bin/sh\n"
+        f"{real} \"$@\" || exit\n"
+        "case $1 in -dW) yes ' 0x0000000000000000 (NULL) 0x0' | head -n 50000 ;; esac\n")
+    (fake / "readelf").chmod(0o755)
+    lib = build(tmp_path, "good", GOOD_C)
+    lst = tmp_path / "exports.list"
+    lst.write_text("cuInit\n")
+    env = dict(os.environ, PATH=f"{fake}:{os.environ['PATH']}")
+    r = subprocess.run(["bash", GATE, lib, str(lst)], capture_output=True,
+                       text=True, env=env)
+    assert r.returncode == 0, r.stderr
+    assert "gate: ok" in r.stdout
+    # And a library with a RUNPATH is still caught behind the long output.
+    bad = build(tmp_path, "runpath", GOOD_C,
+                ["-Wl,-rpath,/opt/x", "-Wl,--enable-new-dtags"])
+    r = subprocess.run(["bash", GATE, bad, str(lst)], capture_output=True,
+                       text=True, env=env)
+    assert r.returncode != 0 and "RUNPATH" in r.stderr, r.stdout + r.stderr
+
+
 @pytest.mark.parametrize("case,extra,source,message", [
     ("cxx", ["-Wl,--no-as-needed", "-lstdc++"], GOOD_C, "NEEDED libstdc++"),
     ("runpath", ["-Wl,-rpath,/opt/x", "-Wl,--enable-new-dtags"], GOOD_C,

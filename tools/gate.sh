@@ -70,9 +70,9 @@ while read -r n; do
     esac
 done < <(printf '%s\n' "$dyn" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p')
 
-printf '%s\n' "$dyn" | grep -q '(RPATH)' && bad "has an RPATH" "remove -Wl,-rpath from the link"
-printf '%s\n' "$dyn" | grep -q '(RUNPATH)' && bad "has a RUNPATH" "remove -Wl,-rpath from the link"
-printf '%s\n' "$dyn" | grep -q '(SONAME)' || bad "has no SONAME" "link with -Wl,-soname,$(basename "$lib")"
+grep -q '(RPATH)' <<<"$dyn" && bad "has an RPATH" "remove -Wl,-rpath from the link"
+grep -q '(RUNPATH)' <<<"$dyn" && bad "has a RUNPATH" "remove -Wl,-rpath from the link"
+grep -q '(SONAME)' <<<"$dyn" || bad "has no SONAME" "link with -Wl,-soname,$(basename "$lib")"
 
 # Exported (defined) dynamic symbols against the documented list.
 have=$(readelf --dyn-syms -W "$lib" |
