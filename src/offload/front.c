@@ -280,7 +280,7 @@ static void gpo__describe(struct gpo_fn *fn, struct gpo_ctx *x)
 	c->dims[2] = x->a.k;
 	c->dims[3] = x->a.nrhs;
 	c->bytes_in = c->bytes_out = 0;
-	/* x->s: described by the caller, gpo_run */
+	/* x->s: already described (gpo_run) */
 	c->flops = x->s.flops;
 	c->nbuf = x->s.nbuf;
 	for (int i = 0; i < x->s.nbuf; i++) {
@@ -309,7 +309,7 @@ static void gpo__cpu(struct gpo_ctx *x, int reason)
 void gpo_run(struct gpo_fn *fn, struct gpo_ctx *x)
 {
 	const struct gpo_opdesc *od = &gpo_opdesc[fn->op];
-	int rc;
+	int rc, small;
 
 	gpo__config();
 	x->d.device = GPO_CPU;
@@ -318,15 +318,15 @@ void gpo_run(struct gpo_fn *fn, struct gpo_ctx *x)
 	if (fn->cblas && od->gpu && x->a.layout == 101)
 		gpo__rowmajor(fn, &x->a);
 	/* The shape first: a call below the threshold (most calls) needs
-	 * nothing more unless it is traced, and filling the policy's record
+	 * no policy record unless it is traced, and filling the record
 	 * costs as much as the rest of the small-call path (bench-offload). */
-	gpo_opdesc[fn->op].describe(&x->a, &x->s);
-	if (!x->a.query && x->s.flops < gpo__min_flops && !gpo_policy_tracing())
-		return gpo__cpu(x, GPO_R_SMALL);
-	gpo__describe(fn, x);
+	od->describe(&x->a, &x->s);
+	small = !x->a.query && x->s.flops < gpo__min_flops;
+	if (!small || gpo_policy_tracing())
+		gpo__describe(fn, x);
 	if (x->a.query)
 		return gpo__cpu(x, GPO_R_WORKSPACE);
-	if (x->c.flops < gpo__min_flops)
+	if (small)
 		return gpo__cpu(x, GPO_R_SMALL);
 	if (od->measure || !od->gpu) {
 		x->t0 = 1;      /* measured: timed, never offloaded */

@@ -30,7 +30,11 @@
 #define GPO_SITES 8
 #define GPO_MODS 4
 struct gpo_site {
-	const void *site;       /* or, in mcache, the module's lowest address */
+	const void *site;
+	void *real;
+};
+struct gpo_mod {
+	uintptr_t lo, hi;       /* the module's address range; lo 0: free */
 	void *real;
 };
 
@@ -42,7 +46,7 @@ struct gpo_fn {
 	uint8_t cblas;          /* CBLAS interface (arguments by value) */
 	uint8_t int64;          /* 64-bit integers (scipy_*_64_ names) */
 	struct gpo_site cache[GPO_SITES];
-	struct gpo_site mcache[GPO_MODS];
+	struct gpo_mod mcache[GPO_MODS];
 };
 
 /* The call's arguments, normalised (upper-case options, 64-bit integers,

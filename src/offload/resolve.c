@@ -17,14 +17,15 @@
  * site's function; behind it, per wrapper, a few modules (mcache): the
  * answer depends only on the module holding the site (step 1; steps 2 and
  * 3 do not depend on the site at all), and a LAPACK calls its BLAS from
- * dozens of sites in one module. A site's module is found from the loaded
- * objects' address ranges (gpo__module_of), not with dladdr(), which also
- * searches the symbol table and cost microseconds per call on the H200
- * machine's mixed workload (every nested BLAS call of OpenBLAS's LAPACK
- * past the eighth site). A site whose caches are full is looked up each
- * time (slow, still right). Not found is not cached: a library may be
- * loaded later. A module unloaded and another loaded at the same lowest
- * address would be mistaken for it, as a call site would be.
+ * dozens of sites in one module. An mcache entry holds its module's
+ * address range (from the loaded objects' program headers, not dladdr(),
+ * which also searches the symbol table), so a site the first cache has no
+ * room for is answered by a lock-free range check; before, every such
+ * call paid a full lookup (the H200 machine's mixed workload ran 24x
+ * slower for it). A site whose caches are full is looked up each time
+ * (slow, still right). Not found is not cached: a library may be loaded
+ * later. A module unloaded and another loaded at the same addresses would
+ * be mistaken for it, as a call site would be.
  */
 #define _GNU_SOURCE
 #include "compat.h"
@@ -105,40 +106,76 @@ static int gpo__range_cb(struct dl_phdr_info *info, size_t size, void *arg)
 	return 0;
 }
 
-static uintptr_t gpo__range_find(uintptr_t p)
+static const struct gpo__range *gpo__range_find(uintptr_t p)
 {
 	for (int i = 0; i < gpo__nranges; i++)
 		if (p >= gpo__ranges[i].lo && p < gpo__ranges[i].hi)
-			return gpo__ranges[i].lo;
-	return 0;
+			return &gpo__ranges[i];
+	return NULL;
 }
 
-/* The lowest address of the loaded object holding p (its key in mcache),
- * or 0 when none does. */
-static uintptr_t gpo__module_of(const void *p)
+/* The address range of the loaded object holding p; 0 when none does.
+ * Only on the slow path (a site neither cache knows). */
+static int gpo__module_of(const void *p, struct gpo__range *out)
 {
-	uintptr_t m;
+	const struct gpo__range *r;
 
 	pthread_mutex_lock(&gpo__rlock);
-	m = gpo__range_find((uintptr_t)p);
-	if (!m) {
+	r = gpo__range_find((uintptr_t)p);
+	if (!r) {
 		gpo__nranges = 0;
 		dl_iterate_phdr(gpo__range_cb, NULL);
-		m = gpo__range_find((uintptr_t)p);
+		r = gpo__range_find((uintptr_t)p);
 	}
+	if (r)
+		*out = *r;
 	pthread_mutex_unlock(&gpo__rlock);
-	return m;
+	return r != NULL;
 }
 
-/* Look up `key` in a cache of n entries, from slot hash h; the entry's
- * function, or NULL. */
-static void *gpo__cache_get(struct gpo_site *c, unsigned n, unsigned h,
-			    const void *key)
+/* The function cached for the module holding `site`, or NULL: a lock-free
+ * scan of at most GPO_MODS ranges (entries are filled in order and never
+ * replaced; lo is published last). */
+static void *gpo__mod_get(struct gpo_mod *c, const void *site)
 {
-	for (unsigned i = 0; i < n; i++) {
-		struct gpo_site *e = &c[(h + i) % n];
+	uintptr_t p = (uintptr_t)site;
+
+	for (unsigned i = 0; i < GPO_MODS; i++) {
+		uintptr_t lo = __atomic_load_n(&c[i].lo, __ATOMIC_ACQUIRE);
+		if (!lo)
+			break;
+		if (lo != (uintptr_t)CLAIMED && p >= lo && p < c[i].hi)
+			return c[i].real;
+	}
+	return NULL;
+}
+
+static void gpo__mod_put(struct gpo_mod *c, const struct gpo__range *m,
+			 void *real)
+{
+	for (unsigned i = 0; i < GPO_MODS; i++) {
+		uintptr_t expect = 0;
+		if (__atomic_compare_exchange_n(&c[i].lo, &expect,
+						(uintptr_t)CLAIMED, 0,
+						__ATOMIC_ACQ_REL,
+						__ATOMIC_ACQUIRE)) {
+			c[i].hi = m->hi;
+			c[i].real = real;
+			__atomic_store_n(&c[i].lo, m->lo, __ATOMIC_RELEASE);
+			return;
+		}
+		if (expect == m->lo)
+			return;
+	}
+}
+
+/* The function cached for `site`, or NULL. */
+static void *gpo__site_get(struct gpo_site *c, unsigned h, const void *site)
+{
+	for (unsigned i = 0; i < GPO_SITES; i++) {
+		struct gpo_site *e = &c[(h + i) % GPO_SITES];
 		const void *s = __atomic_load_n(&e->site, __ATOMIC_ACQUIRE);
-		if (s == key)
+		if (s == site)
 			return __atomic_load_n(&e->real, __ATOMIC_RELAXED);
 		if (!s)
 			break;
@@ -146,22 +183,22 @@ static void *gpo__cache_get(struct gpo_site *c, unsigned n, unsigned h,
 	return NULL;
 }
 
-/* Fill a free entry of the cache with key -> real (once; never replaced:
- * an entry is claimed, then its function stored, then its key). */
-static void gpo__cache_put(struct gpo_site *c, unsigned n, unsigned h,
-			   const void *key, void *real)
+/* Fill a free entry with site -> real (once; never replaced: an entry is
+ * claimed, then its function stored, then its site). */
+static void gpo__site_put(struct gpo_site *c, unsigned h, const void *site,
+			  void *real)
 {
-	for (unsigned i = 0; i < n; i++) {
-		struct gpo_site *e = &c[(h + i) % n];
+	for (unsigned i = 0; i < GPO_SITES; i++) {
+		struct gpo_site *e = &c[(h + i) % GPO_SITES];
 		const void *expect = NULL;
 		if (__atomic_compare_exchange_n(&e->site, &expect, CLAIMED, 0,
 						__ATOMIC_ACQ_REL,
 						__ATOMIC_ACQUIRE)) {
 			__atomic_store_n(&e->real, real, __ATOMIC_RELAXED);
-			__atomic_store_n(&e->site, key, __ATOMIC_RELEASE);
+			__atomic_store_n(&e->site, site, __ATOMIC_RELEASE);
 			return;
 		}
-		if (expect == key)
+		if (expect == site)
 			return;
 	}
 }
@@ -228,27 +265,25 @@ static void *gpo__lookup(const char *name, const void *site)
 void *gpo_resolve(struct gpo_fn *fn, const void *site)
 {
 	unsigned h = (unsigned)(((uintptr_t)site >> 2) % GPO_SITES);
-	uintptr_t mod;
-	unsigned mh;
-	void *real = gpo__cache_get(fn->cache, GPO_SITES, h, site);
+	struct gpo__range mod;
+	int have_mod;
+	void *real = gpo__site_get(fn->cache, h, site);
 
 	if (real)
 		return real;
-	mod = gpo__module_of(site);
-	mh = (unsigned)((mod >> 12) % GPO_MODS);
-	if (mod && (real = gpo__cache_get(fn->mcache, GPO_MODS, mh,
-					  (const void *)mod))) {
-		gpo__cache_put(fn->cache, GPO_SITES, h, site, real);
+	if ((real = gpo__mod_get(fn->mcache, site))) {
+		gpo__site_put(fn->cache, h, site, real);
 		return real;
 	}
+	have_mod = gpo__module_of(site, &mod);
 	real = gpo__lookup(fn->name, site);
 	if (!real) {
 		gpo_msg_once(GPO_MSG_NOFN, "no loaded library other than this "
 			     "one defines %s; the call did nothing", fn->name);
 		return NULL;
 	}
-	if (mod)
-		gpo__cache_put(fn->mcache, GPO_MODS, mh, (const void *)mod, real);
-	gpo__cache_put(fn->cache, GPO_SITES, h, site, real);
+	if (have_mod)
+		gpo__mod_put(fn->mcache, &mod, real);
+	gpo__site_put(fn->cache, h, site, real);
 	return real;
 }
