@@ -79,6 +79,11 @@ static struct {
 	_Alignas(64) uint32_t gen;      /* job number; the workers' futex */
 	_Alignas(64) int done;          /* workers finished with this job */
 	_Alignas(64) int sleepers;      /* workers in (or entering) futex wait */
+	/* slice k's claim: the job number it was last taken for, by worker
+	 * k or (when that worker is late: preempted, asleep) the caller */
+	struct {
+		_Alignas(64) uint32_t job;
+	} claim[GPO_PCOPY_MAX_THREADS];
 } E;
 
 static int64_t gpo__ns(void)
@@ -159,6 +164,18 @@ static uint32_t gpo__wait_job(uint32_t seen)
 	return g;
 }
 
+/* Take slice k of job g unless someone took it (for g or a later job:
+ * job numbers compared modulo 2^32). Whoever takes it copies it and
+ * counts it in E.done; E.job is job g's until every slice is counted. */
+static int gpo__claim(int k, uint32_t g)
+{
+	uint32_t c = __atomic_load_n(&E.claim[k].job, __ATOMIC_RELAXED);
+
+	return (int32_t)(c - g) < 0 &&
+	       __atomic_compare_exchange_n(&E.claim[k].job, &c, g, 0,
+					   __ATOMIC_ACQ_REL, __ATOMIC_RELAXED);
+}
+
 static void *gpo__worker(void *arg)
 {
 	int k = (int)(intptr_t)arg;
@@ -166,6 +183,8 @@ static void *gpo__worker(void *arg)
 
 	for (;;) {
 		seen = gpo__wait_job(seen);
+		if (!gpo__claim(k, seen))
+			continue;       /* the caller did it: this thread was late */
 		gpo__slice(&E.job, k);
 		__atomic_fetch_add(&E.done, 1, __ATOMIC_RELEASE);
 	}
@@ -201,6 +220,8 @@ static void gpo__start(void)
 		E.atfork = 1;
 	}
 	E.gen0 = __atomic_load_n(&E.gen, __ATOMIC_RELAXED);
+	for (int k = 0; k < GPO_PCOPY_MAX_THREADS; k++)
+		E.claim[k].job = E.gen0;
 	if (pthread_attr_init(&at) != 0)
 		return;
 	pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
@@ -302,6 +323,7 @@ int gpo_pcopy(int64_t n, const void *x, int64_t incx, void *y, int64_t incy,
 	const char *x0, *y0;
 	int e, t, expect = 0;
 	int64_t chunk;
+	uint32_t g = 0;
 
 	if (n < GPO_PCOPY_MIN_N || incx == 0 || incy == 0 || !x || !y ||
 	    (esz != 4 && esz != 8 && esz != 16))
@@ -339,11 +361,19 @@ int gpo_pcopy(int64_t n, const void *x, int64_t incx, void *y, int64_t incy,
 	E.job.esz = esz;
 	if (t > 1) {
 		__atomic_store_n(&E.done, 0, __ATOMIC_RELAXED);
-		__atomic_fetch_add(&E.gen, 1, __ATOMIC_SEQ_CST);
+		g = __atomic_add_fetch(&E.gen, 1, __ATOMIC_SEQ_CST);
 		if (__atomic_load_n(&E.sleepers, __ATOMIC_SEQ_CST))
 			gpo__futex(&E.gen, FUTEX_WAKE_PRIVATE, INT_MAX);
 	}
 	gpo__slice(&E.job, 0);
+	/* A worker that has not taken its slice by now is late (a spinning
+	 * one takes it within a fraction of a microsecond; this slice took
+	 * longer): do it here rather than wait for it to run. */
+	for (int k = 1; k < t; k++)
+		if (gpo__claim(k, g)) {
+			gpo__slice(&E.job, k);
+			__atomic_fetch_add(&E.done, 1, __ATOMIC_RELEASE);
+		}
 	for (unsigned i = 1; __atomic_load_n(&E.done, __ATOMIC_ACQUIRE) != t - 1; i++) {
 		/* A worker preempted (more threads than free CPUs): give it
 		 * the CPU now and then rather than spin through its slice. */
