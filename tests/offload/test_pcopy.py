@@ -68,7 +68,7 @@ def test_strided_copies_are_exact_and_done_by_the_engine(tmp_path, force, extra)
     p = copycheck(tmp_path, "exact", force, **extra)
     failed, big, big_cpu, other, other_cpu = exact(p.stdout)
     assert failed == 0, p.stdout
-    assert big == 672 and big_cpu == 0, p.stdout
+    assert big == 480 and big_cpu == 0, p.stdout
     assert other == 240 and other_cpu == other, p.stdout
     assert p.stderr == ""
 
@@ -88,7 +88,7 @@ def test_without_the_library_copycheck_reaches_its_cpu_library(tmp_path):
     """The reference run: copycheck itself right, every call to libfcopy."""
     p = copycheck(tmp_path, "exact", None)
     failed, big, big_cpu, other, other_cpu = exact(p.stdout)
-    assert failed == 0 and big_cpu == big == 672 and other_cpu == other
+    assert failed == 0 and big_cpu == big == 480 and other_cpu == other
 
 
 def test_threads_only_after_a_qualifying_call(tmp_path):

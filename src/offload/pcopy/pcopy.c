@@ -86,6 +86,8 @@ static struct {
 	} claim[GPO_PCOPY_MAX_THREADS];
 } E;
 
+int64_t gpo_pcopy_min_n = GPO_PCOPY_MIN_N;
+
 static int64_t gpo__ns(void)
 {
 	struct timespec ts;
@@ -325,7 +327,7 @@ int gpo_pcopy(int64_t n, const void *x, int64_t incx, void *y, int64_t incy,
 	int64_t chunk;
 	uint32_t g = 0;
 
-	if (n < GPO_PCOPY_MIN_N || incx == 0 || incy == 0 || !x || !y ||
+	if (n < gpo_pcopy_min_n || incx == 0 || incy == 0 || !x || !y ||
 	    (esz != 4 && esz != 8 && esz != 16))
 		return 0;
 	if (gpo__span(x, n, incx, esz, &xlo, &xhi, &x0) ||

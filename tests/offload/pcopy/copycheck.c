@@ -195,7 +195,7 @@ static void overlap(const struct fn *f, int64_t n, int64_t s)
 
 static int mode_exact(void)
 {
-	static const int64_t ns[] = { 1024, 1500, 4099 };
+	static const int64_t ns[] = { 4096, 4099 };
 	static const int sign[][2] = { { 1, 1 }, { -1, 1 }, { 1, -1 }, { -1, -1 } };
 
 	/* the largest span: 4099 elements a page and 3 elements apart */
@@ -218,15 +218,15 @@ static int mode_exact(void)
 			}
 		/* not for the engine */
 		one(f, 16, page, 1, 0);                      /* small n */
-		one(f, 1023, -page, 1, 0);
+		one(f, 4095, -page, 1, 0);
 		one(f, 4099, 1, 1, 0);                       /* contiguous */
 		one(f, 4099, 7, -3, 0);                      /* small strides */
-		one(f, 2048, page - 1, 1, 0);                /* under a page */
+		one(f, 4099, page - 1, 1, 0);                /* under a page */
 		one(f, 4099, 0, 1, 0);                       /* broadcast */
 		one(f, 4099, page, 0, 0);
 		one(f, 0, page, 1, 0);
 		one(f, -5, page, 1, 0);
-		overlap(f, 2048, page);
+		overlap(f, 4096, page);
 	}
 	printf("exact checks %d failed %d\n", checks, failed);
 	printf("engine-shaped calls %ld reached-cpu-library %ld\n", big_calls, big_cpu);
@@ -236,7 +236,7 @@ static int mode_exact(void)
 
 /* ---- A big copy on its own buffers (threads, fork, errno, tasks) ---------- */
 
-#define BN 2048
+#define BN 4096
 #define BS 512          /* doubles: 4 KiB */
 
 struct big {
