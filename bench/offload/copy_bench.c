@@ -15,7 +15,7 @@
  *   default  the engine with its default thread count
  *
  * copy_bench --lib LIBGPUOFFLOAD [--blas LIB] [--sizes 4096,...]
- *            [--threads 1,2,4,8] [--rounds 3]
+ *            [--threads 1,2,4,8] [--rounds 2]
  *
  * The CPU library: --blas, else libblas.so.3, else numpy's bundled
  * OpenBLAS (python3 finds it); its ILP64 names (scipy_dcopy_64_) when it
@@ -221,7 +221,7 @@ int main(int argc, char **argv)
 	const char *lib = NULL, *sizes = "4096", *threads = "1,2,4,8";
 	char blas[512] = "", self[4096];
 	int rounds = 2;
-	struct conf cf[24];
+	struct conf cf[24] = { { "", 0, 0, 0, 0, "" } };
 	int nc = 0;
 	ssize_t sl;
 
