@@ -38,6 +38,7 @@
 #include <unistd.h>
 
 #include "backend.h"
+#include "xfault.h"
 #include "xfer.h"
 #include "xpool.h"
 
@@ -138,6 +139,7 @@ static void gpc__stop(void)
 {
 	gpc__discard();
 	gpc__free_unused_blocks();
+	gpc_xfault_stop();
 	gpc_xpool_stop();
 	for (int i = 0; i < GPC_NBUF_MAX; i++) {
 		if (gpc__x.ev[i])
@@ -181,6 +183,13 @@ static int gpc__start(const struct gpc_xfer_tune *t)
 		d.reg_min = UINT64_MAX;
 	if (!d.keep)
 		d.keep = gpc_stage_keep();
+	if (!t) {
+		const char *pf = secure_getenv("GPU_OFFLOAD_CUDA_PREFAULT");
+		if (pf && !strcmp(pf, "0"))
+			d.fault_threads = -1;
+	}
+	if (!d.fault_threads)
+		d.fault_threads = GPC_XFAULT_THREADS;
 	memset(&gpc__x, 0, sizeof gpc__x);
 	gpc__x.t = d;
 	if (gpc_cu.StreamCreate(&gpc__x.s, GPC_STREAM_NON_BLOCKING) != 0) {
@@ -201,6 +210,7 @@ static int gpc__start(const struct gpc_xfer_tune *t)
 		}
 	}
 	gpc_xpool_start(d.threads);
+	gpc_xfault_start(d.fault_threads);
 	gpc__x.on = 1;
 	return 0;
 }
@@ -490,6 +500,9 @@ static int gpc__d2h(void *host, uint64_t dpitch, gpc_dptr dev,
 	if (!gpc__x.on)
 		return -1;
 	if (!(flags & GPO_BE_STAGE)) {
+		/* Straight into the caller's memory: no prefault of it may
+		 * run meanwhile (xfault.h). */
+		gpc_xfault_wait();
 		rc = gpc__via_register(0, dev, spitch, host, dpitch, width, rows);
 		if (rc != 1)
 			return rc;
@@ -536,6 +549,7 @@ int gpc_d2h(void *host, uint64_t dpitch, gpc_dptr dev, uint64_t spitch,
 
 void gpc_commit(void)
 {
+	gpc_xfault_wait();
 	pthread_mutex_lock(&gpc__mu);
 	for (int i = 0; i < gpc__x.nst; i++) {
 		struct gpc__staged *s = &gpc__x.st[i];
@@ -548,6 +562,7 @@ void gpc_commit(void)
 
 void gpc_discard(void)
 {
+	gpc_xfault_wait();      /* nothing of a failed call outlives it */
 	pthread_mutex_lock(&gpc__mu);
 	gpc__discard();
 	pthread_mutex_unlock(&gpc__mu);
@@ -617,4 +632,9 @@ void gpc_xfer_stats(struct gpc_xfer_stats *st)
 		st->stage_pinned += gpc__x.blk[i].pinned;
 	st->threads = gpc_xpool_threads();
 	pthread_mutex_unlock(&gpc__mu);
+}
+
+void gpc_prefault(void *host, uint64_t pitch, uint64_t width, uint64_t rows)
+{
+	gpc_xfault_add(host, pitch, width, rows);
 }
