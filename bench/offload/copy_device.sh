@@ -12,7 +12,7 @@ PY=/opt/torch/.venv/bin/python3
 export OPENBLAS_NUM_THREADS=16
 t0=$(date +%s)
 el() { echo "t $(( $(date +%s) - t0 )) s"; }
-W=(bench/offload/work.py --ops solve:4096,eigh:4096 --warmup 1 --reps 3)
+W=(bench/offload/work.py --ops "solve:4096,eigh:4096" --warmup 1 --reps 3)
 RUN=(build/gpu-offload run --summary)
 echo "== build"; nproc
 timeout 60 make -s -j16 build/libgpuoffload.so build/libgpuoffload-cuda.so \
