@@ -5,8 +5,10 @@
  * A wrapper's life: gpo_begin() (depth counter, the real function for this
  * call site) -> if the call is not nested, the wrapper copies its arguments
  * into x.a and calls gpo_run() (size threshold, workspace queries, the
- * policy, the GPU path) -> unless the GPU did the call (GPO_ST_DONE), the
- * real function runs between gpo_cpu_before() and gpo_cpu_after() ->
+ * policy, the GPU path; a ?copy wrapper then offers the call to the CPU
+ * copy engine, gpo_copy_call) -> unless the GPU did the call
+ * (GPO_ST_DONE) or the copy engine did (GPO_ST_COPIED), the real
+ * function runs between gpo_cpu_before() and gpo_cpu_after() ->
  * gpo_end() (depth, timing, the policy's observation, verify comparison,
  * errno as the caller should see it).
  */
