@@ -1,0 +1,150 @@
+"""What one small forced GPU call costs in driver, cuBLAS/cuSOLVER and
+system calls: the frontend (build/libgpuoffload.so) and the CUDA backend
+(build/libgpuoffload-cuda.so) on the fake driver (fakedev.c, which counts
+every entry point) with stand-ins for cuBLAS and cuSOLVER (fakesolver.c,
+counted in the same table, computing gemm, getrf/getrs and potrf for
+real). A loop of 16x16 dgemm, dgesv, dpotrf, dsyevd (smallcalls.c) runs
+COUNT and COUNT + 40 times; the difference over 40 is the cost of one call
+in the steady state, whatever the start-up made. Counts, no timings."""
+import os
+import pathlib
+import subprocess
+
+import pytest
+
+REPO = pathlib.Path(__file__).resolve().parents[3]
+B = REPO / "build"
+FD = B / "tests" / "offload" / "cuda" / "fakedev"
+PROG = B / "tests" / "offload" / "smallcalls"
+
+pytestmark = pytest.mark.skipif(
+    not (pathlib.Path("/usr/lib/x86_64-linux-gnu/liblapack.so.3").exists()
+         or subprocess.run(["sh", "-c", "ldconfig -p | grep -q liblapack.so.3"]).returncode == 0),
+    reason="needs the system's liblapack.so.3 (python3-numpy's dependencies)")
+
+OPS = ["dgemm", "dgesv", "dpotrf", "dsyevd"]
+N0, EXTRA = 5, 40
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _build():
+    subprocess.run(["make", "-C", str(REPO), "-s", "offload", "offload-cuda",
+                    "xfer-tests", "small-tests"], check=True,
+                   stdout=subprocess.DEVNULL)
+
+
+def _env(tmp_path, **extra):
+    e = {k: v for k, v in os.environ.items()
+         if not k.startswith(("GPU_OFFLOAD", "FAKEDEV", "LD_"))}
+    e.update(LD_LIBRARY_PATH=str(FD), LD_PRELOAD=str(B / "libgpuoffload.so"),
+             GPU_OFFLOAD_FORCE="gpu", GPU_OFFLOAD_MIN_FLOPS="0",
+             GPU_OFFLOAD_BACKEND=str(B / "libgpuoffload-cuda.so"),
+             GPU_OFFLOAD_NVML="0", GPU_OFFLOAD_SUMMARY="1")
+    e.update({k: str(v) for k, v in extra.items()})
+    return e
+
+
+def _counts(tmp_path, op, count, strace=False, **extra):
+    path = tmp_path / f"{op}-{count}.counts"
+    env = _env(tmp_path, FAKEDEV_COUNTS=path, **extra)
+    cmd = [str(PROG), op, "16", str(count)]
+    if strace:
+        cmd = ["strace", "-f", "-qq", "-c", "-U", "name,calls", "-o",
+               str(tmp_path / f"{op}-{count}.strace")] + cmd
+    p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert f"ok {op} {count}" in p.stdout
+    # Every call went to the GPU (the stand-ins computed the results the
+    # program checked), none fell back.
+    assert f"{count} offloaded" in p.stderr, p.stderr
+    c = {}
+    for line in path.read_text().splitlines():
+        name, n = line.split()
+        c[name] = c.get(name, 0) + int(n)
+    return c
+
+
+def per_call(tmp_path, op, **extra):
+    a = _counts(tmp_path, op, N0, **extra)
+    b = _counts(tmp_path, op, N0 + EXTRA, **extra)
+    return {k: (b.get(k, 0) - a.get(k, 0)) / EXTRA for k in set(a) | set(b)}
+
+
+@pytest.mark.parametrize("op", OPS)
+def test_one_wait_for_the_device_per_small_call(tmp_path, op):
+    """Operands, kernels, LAPACK's info and the results in one stream
+    synchronisation (it was 5 to 10 per call, with 2 to 5 event records
+    and up to 3 event waits)."""
+    c = per_call(tmp_path, op, GPU_OFFLOAD_MEM_MS=3600000)
+    waits = c.get("cuStreamSynchronize", 0) + c.get("cuEventSynchronize", 0)
+    assert waits == 1, c
+    assert c.get("cuEventRecord", 0) == 0, c
+
+
+@pytest.mark.parametrize("op", OPS)
+def test_small_operands_move_in_one_copy_each_way(tmp_path, op):
+    """All small operands of a call share one pinned bounce buffer and one
+    device arena: one copy in, one copy out (LAPACK's info with them),
+    whatever the number of operands (dgesv made 7 copies)."""
+    c = per_call(tmp_path, op, GPU_OFFLOAD_MEM_MS=3600000)
+    copies = sum(v for k, v in c.items() if k.startswith("cuMemcpy"))
+    assert copies == 2, c
+    assert c.get("cuMemAlloc_v2", 0) == 0 and c.get("cuMemFree_v2", 0) == 0, c
+    # The context is pushed by the entry points that reach the driver
+    # (run, commit), not by each operand's alloc, copy and release (13
+    # to 14 pushes a call before).
+    assert c.get("cuCtxPushCurrent_v2", 0) <= 2, c
+    assert c["cuCtxPushCurrent_v2"] == c["cuCtxPopCurrent_v2"], c
+
+
+@pytest.mark.parametrize("op", ["dgesv", "dpotrf", "dsyevd"])
+def test_cusolver_workspace_query_is_made_once_per_shape(tmp_path, op):
+    c = per_call(tmp_path, op, GPU_OFFLOAD_MEM_MS=3600000)
+    assert not {k: v for k, v in c.items() if k.endswith("_bufferSize") and v}, c
+    kernels = {k: v for k, v in c.items() if k.startswith("cusolverDn") and v}
+    assert kernels and all(v == 1 for v in kernels.values()), c
+
+
+def test_free_memory_is_read_at_most_once_per_bound(tmp_path):
+    """The backend's free memory (cuMemGetInfo) is reused for
+    GPU_OFFLOAD_MEM_MS: with a bound longer than the test, no reading in
+    the steady state (1 per call before); with 0, one per call (the old
+    behaviour, and the bound's meaning)."""
+    c = per_call(tmp_path, "dgemm", GPU_OFFLOAD_MEM_MS=3600000)
+    assert c.get("cuMemGetInfo_v2", 0) == 0, c
+    c = per_call(tmp_path, "dgemm", GPU_OFFLOAD_MEM_MS=0)
+    assert c.get("cuMemGetInfo_v2", 0) == 1, c
+
+
+def test_a_call_needing_more_than_half_the_headroom_reads_again(tmp_path):
+    """A reading is reused only for calls that need at most half the room
+    it showed beyond the level's reserve (level 5: 30% of the total): with
+    the fake driver's free memory 10 KiB above the reserve, a 16x16 dgemm
+    (6 KiB of operands) reads it every call, and still fits."""
+    total = 1 << 34
+    free = -(-total * 3 // 10) + 10240
+    c = per_call(tmp_path, "dgemm", GPU_OFFLOAD_MEM_MS=3600000,
+                 FAKEDEV_FREE=free)
+    assert c.get("cuMemGetInfo_v2", 0) == 1, c
+
+
+@pytest.mark.parametrize("op", OPS)
+def test_no_system_call_per_small_call(tmp_path, op):
+    """Nothing of the offloader makes a system call per call: no futex
+    from the device pool waking its idle thread on every release (2 to 13
+    a call before, and a mutex convoy with it), no clock or file call."""
+    if subprocess.run(["sh", "-c", "command -v strace"], capture_output=True).returncode:
+        pytest.skip("needs strace")
+    calls = {}
+    for n in (N0, N0 + EXTRA):
+        _counts(tmp_path, op, n, strace=True, GPU_OFFLOAD_MEM_MS=3600000)
+        d = {}
+        for line in (tmp_path / f"{op}-{n}.strace").read_text().splitlines():
+            p = line.split()
+            if len(p) == 2 and p[1].isdigit() and p[0] != "total":
+                d[p[0]] = int(p[1])
+        calls[n] = d
+    extra = {k: calls[N0 + EXTRA][k] - calls[N0].get(k, 0)
+             for k in calls[N0 + EXTRA]}
+    # a few futex calls of thread start-up jitter are allowed; not one a call
+    assert sum(extra.values()) < EXTRA // 4, extra
