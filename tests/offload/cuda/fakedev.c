@@ -19,6 +19,7 @@
  *   fakedev_ctl("fail_hostalloc", 1) cuMemHostAlloc fails (0: works)
  *   fakedev_ctl("fail_register", 1)  cuMemHostRegister fails
  *   FAKEDEV_FREE=bytes              cuMemGetInfo's free memory (of 16 GiB)
+ *   FAKEDEV_FAIL_EXEC=N             fail_exec N from the start
  *   fakedev_get(name)               "copies" performed, "bad", "device"
  *                                   / "pinned" / "registered" allocations
  *                                   live now, "hostallocs" made so far
@@ -112,6 +113,14 @@ API void fakedev_count(const char *name)
 }
 
 #define CNT() fakedev_count(__func__)
+
+__attribute__((constructor)) static void fd_init(void)
+{
+	const char *v = getenv("FAKEDEV_FAIL_EXEC");
+
+	if (v && *v)
+		fd_fail_exec = strtol(v, NULL, 10);
+}
 
 __attribute__((destructor)) static void fd_dump(void)
 {
