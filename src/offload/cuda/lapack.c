@@ -71,10 +71,15 @@ static void *gpc__psym(void *cache[4], char prec, const char *base,
 		       const char *suffix)
 {
 	char name[64];
+	void **c = &cache[gpc__pi(prec)];
 
+	/* The name only when it is not looked up yet: formatting it cost
+	 * more than the rest of a small call's host work. */
+	if (*c)
+		return *c == GPC__NOTFOUND ? NULL : *c;
 	snprintf(name, sizeof name, "cusolverDn%c%s%s", gpc_P(prec), base,
 		 suffix);
-	return gpc__sym(&cache[gpc__pi(prec)], name);
+	return gpc__sym(c, name);
 }
 
 static int gpc__fits(int64_t v)
