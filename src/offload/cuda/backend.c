@@ -228,7 +228,7 @@ static void gpc_release(void *dev)
 {
 	int e = errno;
 
-	if (gpc__started && gpc_small_owns((gpc_dptr)(uintptr_t)dev, 0)) {
+	if (gpc__started && gpc_small_owns((gpc_dptr)(uintptr_t)dev, 0) > 0) {
 		gpc_small_release((gpc_dptr)(uintptr_t)dev);
 	} else if (gpc__started && dev && gpc__push() == 0) {
 		gpc_pool_free((gpc_dptr)(uintptr_t)dev);
@@ -243,7 +243,11 @@ static int gpc_to_device(void *dev, uint64_t dpitch, const void *host,
 	int e = errno, rc = -1;
 	uint64_t span = rows ? (rows - 1) * dpitch + width : 0;
 
-	if (gpc__started && gpc_small_owns((gpc_dptr)(uintptr_t)dev, span)) {
+	int own = gpc__started ? gpc_small_owns((gpc_dptr)(uintptr_t)dev, span) : 0;
+
+	if (own < 0) {
+		rc = -1;
+	} else if (own) {
 		gpc_small_h2d((gpc_dptr)(uintptr_t)dev, dpitch, host, spitch,
 			      width, rows);
 		rc = 0;
@@ -263,7 +267,11 @@ static int gpc_to_host(void *host, uint64_t dpitch, const void *dev,
 	int e = errno, rc = -1;
 	uint64_t span = rows ? (rows - 1) * spitch + width : 0;
 
-	if (gpc__started && gpc_small_owns((gpc_dptr)(uintptr_t)dev, span)) {
+	int own = gpc__started ? gpc_small_owns((gpc_dptr)(uintptr_t)dev, span) : 0;
+
+	if (own < 0) {
+		rc = -1;
+	} else if (own) {
 		rc = gpc_small_d2h(host, dpitch, (gpc_dptr)(uintptr_t)dev,
 				   spitch, width, rows, flags);
 	} else if (gpc__started && gpc__push() == 0) {

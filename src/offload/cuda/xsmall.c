@@ -113,7 +113,12 @@ static struct gpc__op *gpc__find(gpc_dptr p, uint64_t span)
 
 int gpc_small_owns(gpc_dptr p, uint64_t span)
 {
-	return gpc__find(p, span) != NULL;
+	if (gpc__find(p, span))
+		return 1;
+	/* Inside the arena but not inside one operand: no copy may touch
+	 * it (begin() would overwrite it with the image). */
+	return gpc__s.dev && p >= gpc__s.dev &&
+	       p < gpc__s.dev + GPC_SMALL_BYTES ? -1 : 0;
 }
 
 void gpc_small_release(gpc_dptr p)

@@ -35,7 +35,8 @@ void gpc_small_stop(void);
 /* An operand of `bytes` in the arena: 1 (*p set) or 0 (no room, or too
  * big: the caller uses the pool). */
 int gpc_small_alloc(gpc_dptr *p, uint64_t bytes);
-/* Is [p, p + span) inside one of the arena's operands? */
+/* Is [p, p + span) inside one of the arena's operands? 1 yes, 0 not in
+ * the arena, -1 in the arena but beyond its operand (refuse the copy). */
 int gpc_small_owns(gpc_dptr p, uint64_t span);
 void gpc_small_release(gpc_dptr p);
 
