@@ -24,17 +24,22 @@ process's time limit is capped by it), and says what it skipped:
             start-up 0 and the trace's 0 starts; forced, the same program
             does map them (the probe's positive control)
   headline  dgemm/sgemm 8192, solve 4096 (n x n right-hand side), eigh and
-            svd 4096: CPU, under `gpu-offload run` at the default level and
-            forced, NVBLAS (gemm); median of R after one warm-up
+            svd 4096: CPU, under `gpu-offload run` at the default level
+            (steady state after the GPU start, and the calls before it)
+            and forced, NVBLAS (gemm); median of R after one warm-up; for
+            dgemm, solve, eigh the time inside the GPU calls (a traced run)
   nvblas    NVBLAS's own dgemm_ called directly (where it does apply)
   verify    `gpu-offload run --verify` over the headline set
   mutex     gpumutex interplay: a torch holder keeps gpu-offload on the
             CPU; a free GPU is used; a torch waiter's wait against a busy
             and an idle offloader, with the documented bound
-  sweep     never slower: gemm, solve, eigh, cholesky, mixed; 16 .. 16384,
-            fresh processes up to --fresh-max, warm above
+  sweep     never slower: gemm, solve, eigh, cholesky, mixed; 16 .. 16384;
+            paired, alternating repetitions judged on the median of the
+            paired ratios (sweep.py, verdict.judge): fresh process pairs up
+            to --fresh-max, warm pairs (two long-lived processes) from 256
   suites    numpy.linalg and scipy.linalg's own tests: plain, forced (every
-            GPU-capable call offloaded), default level
+            GPU-capable call offloaded), default level, all at once with
+            xdist workers shared out over the cores, one time limit
 Writes DIR/report.md and DIR/results.json (default DIR: $OUT, else
 build/bench-offload). --quick: the CPU test backend and tiny sizes (what
 `make check` runs; the harness, not the speeds). Without an NVIDIA GPU the
@@ -133,7 +138,7 @@ def main():
     c.tmp = tempfile.mkdtemp(prefix="bench-offload-")
     c.budget = H.Budget(a.budget or (60 if quick else 420))
     c.reps = a.reps or (1 if quick else 3)
-    c.fresh_max = a.fresh_max or (16 if quick else 64 if c.smoke else 2048)
+    c.fresh_max = a.fresh_max or (16 if quick else 64 if c.smoke else 1024)
     c.max_call_s = a.max_call_s
     c.suite_mods = [m for m in a.suites.split(",") if m]
     c.suite_workers = workers

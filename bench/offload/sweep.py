@@ -13,23 +13,23 @@ drift (clock, memory, other load) cancels in each pair's ratio:
   import and the inputs excluded). A fresh process is a short program,
   so what is measured includes the ski-rental rule's decision whether to
   start the GPU at all; a GPU start is part of the pair. The count is
-  what fits in FRESH_S seconds on the CPU (one untimed CPU process finds
-  it).
-- warm (n >= WARM_MIN, and the mixed workload): the steady state of a
+  what fits in 0.15 s on the CPU (the first CPU process finds it: its
+  loop is the first pair's CPU side).
+- warm (n >= 256, and the mixed workload): the steady state of a
   long-lived program. Two long-lived processes, a plain one and one under
   the offloader (`work.py --serve`), hold their inputs and are driven
   alternately over their pipes: a turn is the same number of calls in
-  each (at least TURN_S seconds on the CPU), one process computing while
-  the other waits on its pipe. After warm-up turns (the offloaded one's
-  until its GPU started, a bounded number), the timed turns are the
-  pairs. A pair in which the GPU started (the start-up is paid once, in
+  each (at least 0.2 s on the CPU), one process computing while the
+  other waits on its pipe. After warm-up turns (the offloaded one's until
+  its GPU started, for at most 1 s, or as many turns as an earlier
+  session needed), the timed turns are the pairs. A pair in which the GPU started (the start-up is paid once, in
   that call) is left out of the steady-state statistics and kept in the
   total ratio beside it.
 
 Repetitions come from the budget: a first pass gives every point K1
-pairs (fresh 2, warm 2; warm points with CPU calls over 8 s get 1), in an
-order that covers the range first (small points, then large ones every
-other size first); a second pass spends what is left on the points whose
+pairs (3, enough for a clear verdict; 2 above twice --fresh-max; 1 where
+a CPU call takes over 8 s), in an order that covers the range first
+(small points, then large ones every other size first); a second pass spends what is left on the points whose
 verdict is unclear (fewer than 3 pairs, an interquartile range that
 straddles 1.05, or min-of-K disagreeing with the median), nearest to the
 limit first, then on points with fewer than K_WANT pairs, in batches (a
@@ -97,21 +97,23 @@ def _loop(c, mode, p, how):
 
 
 def fresh_batch(c, p, k, secs):
-    """k more pairs of fresh processes (the count found first)."""
-    if p.count is None:
-        r, t, count = _loop(c, "cpu", p, ["--seconds", str(secs)])
-        if not count or not t:
-            p.errors.append("cpu run: exit %s %s" % (r["rc"], r["other"][:2]))
-            return
-        p.count, p.per_call = count, t / count
+    """k more pairs of fresh processes. The first CPU process finds the
+    count (as many calls as fit in `secs`): its loop of exactly that
+    many calls is the first pair's CPU side."""
     for _ in range(k):
         if c.budget.left() <= 0:
             return
         order = ("cpu", "default") if len(p.cpu) % 2 == 0 else ("default", "cpu")
         got, wall = {}, 0.0
         for mode in order:
-            r, t, _ = _loop(c, mode, p, ["--count", str(p.count)])
+            how = ["--count", str(p.count)] if p.count else ["--seconds", str(secs)]
+            r, t, count = _loop(c, mode, p, how)
             wall += r["wall"]
+            if not p.count:
+                if not count or not t:
+                    p.errors.append("cpu run: exit %s %s" % (r["rc"], r["other"][:2]))
+                    return
+                p.count, p.per_call = count, t / count
             got[mode] = t
             if mode == "default":
                 p.cmd = r["cmd"]
@@ -130,8 +132,7 @@ def fresh_batch(c, p, k, secs):
 
 
 def fresh_cost(p, k, secs):
-    first = 0.0 if p.count else 0.5 + secs
-    return first + k * (p.pair_s or 2 * (0.5 + secs))
+    return k * (p.pair_s or 2 * (0.5 + secs))
 
 
 # ---- warm points ------------------------------------------------------------
@@ -320,9 +321,12 @@ def sec_sweep(c):
             warm_batch(c, p, k, turn_s, pred, warm_s)
         return True
 
-    # Pass 1: every point, K1 pairs.
+    # Pass 1: every point, K1 pairs: enough for a clear verdict below
+    # --fresh-max and in the small warm points, 2 above (1 where a CPU
+    # call takes over 8 s, in run_batch).
     for p in pts:
-        if run_batch(p, 1 if c.quick else 2, True):
+        k1 = 1 if c.quick else 3 if p.kind == "fresh" or p.n <= c.fresh_max * 2 else 2
+        if run_batch(p, k1, True):
             measured.append(p)
     # Pass 2: the unclear points first, then those with few pairs (quick
     # mode: a few batches, to run the code, not to judge).
@@ -406,6 +410,7 @@ def report(c, pts):
                V.LIMIT, " (unclear: %s)" % ", ".join(unclear) if unclear else "")
                if not bad else "**Over %.2f or failed: %s.**%s" % (
                    V.LIMIT, ", ".join(bad), " Unclear: %s." % ", ".join(unclear) if unclear else "")) +
-           ("\nThe method's own noise: at the %d points where nothing ran on the GPU the medians "
-            "range from %.3f to %.3f.\n" % nf if nf else "") +
+           ("\nWhere nothing ran on the GPU (both sides computed on the CPU: what differs is the "
+            "method's noise and the library's own cost per call) the medians of the %d points range "
+            "from %.3f to %.3f.\n" % nf if nf else "") +
            ("\nSkipped: %s.\n" % "; ".join(skipped) if skipped else ""))

@@ -73,7 +73,8 @@ def spread(j):
 
 def noise_floor(points):
     """The medians of the points where NOTHING ran on the GPU (both sides
-    computed on the CPU): how close to 1.00 the method comes by itself.
+    computed on the CPU): how close to 1.00 the method comes by itself,
+    the library's own per-call cost included.
     `points`: dicts with "judge" and "gpu_used". (n, lowest, highest) or
     None."""
     ms = [p["judge"]["median"] for p in points
