@@ -214,9 +214,9 @@ REPORT_HEAD = re.compile(
     r"(\d+) leases refused")
 
 
-def trace_report(cli, tdir, env):
+def trace_report(cli, tdir, env, timeout=60):
     """`gpu-offload report DIR` read back: totals and GPU calls."""
-    rc, out, err, _ = run([cli, "report", tdir], env, 60)
+    rc, out, err, _ = run([cli, "report", tdir], env, timeout)
     r = {"rc": rc, "processes": 0, "calls": 0, "starts": 0, "gpu_calls": 0,
          "cpu_calls": 0, "given_back": 0, "refused": 0}
     m = REPORT_HEAD.search(out)

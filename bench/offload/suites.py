@@ -191,7 +191,7 @@ def sec_suites(c):
         with open(log, errors="replace") as f:
             text = f.read()
         cnt = V.pytest_outcomes(text, rc is None)
-        tr = H.trace_report(c.cli, tdir, c.env("cpu")) if mode != "plain" else {}
+        tr = H.trace_report(c.cli, tdir, c.env("cpu"), c.budget.cap(60, 5)) if mode != "plain" else {}
         state = ("**cut at %.0f s**" % limit) if rc is None else rc
         done = "%d%s" % (cnt["done"], " of %d" % cnt["items"] if "items" in cnt else "")
         rows.append((m, mode, plan.get((m, mode), 1), state, done, cnt.get("passed", 0),
