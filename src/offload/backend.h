@@ -6,9 +6,13 @@
  * The frontend never links a backend: it dlopen()s one at the first call
  * the policy sends to the GPU (src/offload/backend.c), looks up
  * GPO_BACKEND_ENTRY, calls it with the ABI version it was built for, and
- * uses the returned table only if its abi and size fields match and every
- * function is present. Anything else declines: the call runs on the CPU and
- * one line says why, once.
+ * uses the returned table only if its abi field matches, its size covers
+ * at least the ABI 2 table (GPO_BACKEND_SIZE_BASE) and every function of
+ * that table is present. Anything else declines: the call runs on the CPU
+ * and one line says why, once. Entries added later are optional and
+ * size-versioned: the frontend uses one only when the table's size covers
+ * it and it is not NULL (GPO_BE_HAS), so an older backend keeps working
+ * with a newer frontend and a newer one with an older frontend.
  *
  * The backend model is that of a device with its own memory: the frontend
  * allocates device buffers, copies operands in (2-D copies, so that only
@@ -25,6 +29,7 @@
 #ifndef GPUOFFLOAD_BACKEND_H
 #define GPUOFFLOAD_BACKEND_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "ops.h" /* GPO_OP_* (generated from tools/gen_offload.py's table) */
@@ -95,7 +100,28 @@ struct gpo_backend {
 	void (*discard)(void);
 	/* Run one kernel to completion (synchronously). */
 	int (*run)(struct gpo_kernel *k);
+	/* ---- Optional, size-versioned (GPO_BE_HAS) ---- */
+	/* A hint, before the copies in: `rows` rows of `width` bytes,
+	 * `pitch` apart, at `host` are a pure output that to_host (flags 0)
+	 * will write after run(). The backend may fault those pages in
+	 * (in the background, while the device computes) but must return at
+	 * once, never change the memory's contents, and finish with it
+	 * before any to_host without GPO_BE_STAGE, commit or discard
+	 * returns; it cannot fail. The frontend calls it for each pure
+	 * output of a call that copies results into the caller's memory
+	 * (not in verify mode). */
+	void (*prefault)(void *host, uint64_t pitch, uint64_t width,
+			 uint64_t rows);
 };
+
+/* The size of the ABI 2 table without the optional entries: the least a
+ * backend's table may be. */
+#define GPO_BACKEND_SIZE_BASE offsetof(struct gpo_backend, prefault)
+
+/* Whether table be has the optional entry f. */
+#define GPO_BE_HAS(be, f) \
+	((be)->size >= offsetof(struct gpo_backend, f) + sizeof((be)->f) && \
+	 (be)->f != NULL)
 
 /* The one symbol a backend exports: its table for ABI `abi`, or NULL if
  * it does not implement that version. */

@@ -32,7 +32,9 @@
  * host memory is allocated per call. Verify mode (stage_only) instead
  * reads every output into private packed buffers (x->stage, malloc'd:
  * verify compares them with the CPU's results after the CPU ran on the
- * untouched caller's memory).
+ * untouched caller's memory). Before the copies in, each pure output is
+ * handed to the backend's optional prefault() (backend.h), which may
+ * fault its pages in while the device works, without writing them.
  */
 #define _GNU_SOURCE
 #include "compat.h"
@@ -115,7 +117,7 @@ static int gpo__load(void)
 	}
 	be = entry(GPO_BACKEND_ABI);
 	if (!be || be->abi != GPO_BACKEND_ABI ||
-	    be->size < sizeof(struct gpo_backend) || !be->start ||
+	    be->size < GPO_BACKEND_SIZE_BASE || !be->start ||
 	    !be->stop || !be->memory || !be->alloc || !be->release ||
 	    !be->to_device || !be->to_host || !be->run ||
 	    !be->commit || !be->discard) {
@@ -296,6 +298,19 @@ static int gpo__device_work(struct gpo_fn *fn, struct gpo_ctx *x, void **dev,
 		}
 	}
 	t = gpo_now();
+	/* Pure outputs the copy out writes straight into the caller's
+	 * memory: the backend may fault them in while the copies in and the
+	 * kernel run (fresh memory's first touch then leaves the copy out).
+	 * Every later exit of this call passes through to_host or discard,
+	 * which finish with it (backend.h). */
+	if (!stage_only && GPO_BE_HAS(be, prefault))
+		for (int i = 0; i < x->s.nbuf; i++) {
+			uint64_t es = gpo_elem_size(x, i);
+			if (dev[i] && x->s.b[i].out && !x->s.b[i].in)
+				be->prefault(x->a.buf[i], (uint64_t)x->a.ld[i] * es,
+					     (uint64_t)x->s.b[i].rows * es,
+					     (uint64_t)x->s.b[i].cols);
+		}
 	for (int i = 0; i < x->s.nbuf; i++) {
 		uint64_t es = gpo_elem_size(x, i), pitch = (uint64_t)x->a.ld[i] * es;
 		if (!dev[i] || !x->s.b[i].in)

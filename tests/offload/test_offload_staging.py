@@ -98,3 +98,60 @@ def test_copy_out_failure_leaves_in_out_operands_unchanged(tmp_path, ref, prefix
         # bit.
         bad = [n for n in names if (out / n).read_bytes() != (ref / n).read_bytes()]
         assert bad == []
+
+
+def calls(tmp):
+    """Per kernel, from the journal: [op, prefaults before it, {operand:
+    flags} of its to_host copies]."""
+    got, pre = [], 0
+    for r in F.journal(tmp):
+        if r[0] == "prefault":
+            pre += 1
+        elif r[0] == "run":
+            got.append([int(r[1]), pre, {}])
+            pre = 0
+        elif r[0] == "to_host" and got:
+            got[-1][2][int(r[1])] = int(r[2])
+    return got
+
+
+PREFAULT_CASES = ("dgesv", "dgemm_NN", "dgemm_NT_beta0", "dsyev_VU", "dgetrf")
+
+
+def test_pure_outputs_are_handed_to_prefault_before_the_kernel(tmp_path, ref):
+    """The backend's optional prefault() gets each pure output (copied
+    back with flags 0) of a call before its kernel runs, and nothing
+    else: gemm's c only with beta = 0, gesv's ipiv, syev's w; the in-out
+    operands (staged) never. The results are the same."""
+    e = F.env(tmp_path, "gpu", GPU_OFFLOAD_MIN_FLOPS=0)
+    for prefix in PREFAULT_CASES:
+        p, out = opcheck(tmp_path, prefix, e, prefix)
+        assert p.returncode == 0 and p.stderr == "", p.stdout + p.stderr
+        assert F.compare(ref, out) == []
+    got = calls(tmp_path)
+    copied = [c for c in got if c[2]]
+    assert copied
+    for op, pre, th in copied:
+        assert pre == sum(1 for f in th.values() if f == 0), (op, pre, th)
+    assert [c for c in copied if c[1]], "no prefault at all"
+    gemm = [c for c in copied if c[0] == F.OP["gemm"]]
+    assert {c[1] for c in gemm} == {0, 1}      # beta != 0: none; beta = 0: c
+    # Lines of a prefault: width, rows, pitch of a real operand.
+    pf = [r for r in F.journal(tmp_path) if r[0] == "prefault"]
+    assert all(int(w) > 0 and int(n) > 0 and int(ld) >= int(w) for _, w, n, ld in pf)
+
+
+@pytest.mark.parametrize("how", ["base-size", "verify"])
+def test_no_prefault_from_an_older_table_or_in_verify_mode(tmp_path, ref, how):
+    """A backend whose table has the ABI 2 base size (no optional entries)
+    is still taken and never asked to prefault; verify mode copies the
+    results into its own buffers and asks for none either."""
+    extra = {"GPU_OFFLOAD_TEST_BASE": "1"} if how == "base-size" else \
+        {"GPU_OFFLOAD_VERIFY": "1"}
+    e = F.env(tmp_path, "gpu" if how == "base-size" else "",
+              GPU_OFFLOAD_MIN_FLOPS=0, **extra)
+    p, out = opcheck(tmp_path, "o", e, "dgemm_NT_beta0")
+    assert p.returncode == 0 and p.stderr == "", p.stdout + p.stderr
+    assert F.compare(ref, out) == []
+    got = calls(tmp_path)
+    assert got and all(c[1] == 0 for c in got), got

@@ -282,6 +282,17 @@ static void gpc_discard_all(void)
 	errno = e;
 }
 
+/* No driver call: the copy engine's workers madvise the host range. */
+static void gpc_prefault_out(void *host, uint64_t pitch, uint64_t width,
+			     uint64_t rows)
+{
+	int e = errno;
+
+	if (gpc__started)
+		gpc_prefault(host, pitch, width, rows);
+	errno = e;
+}
+
 static int gpc_run(struct gpo_kernel *k)
 {
 	int e = errno, rc = -1;
@@ -361,6 +372,7 @@ static struct gpo_backend gpc_api = {
 	.commit = gpc_commit_all,
 	.discard = gpc_discard_all,
 	.run = gpc_run,
+	.prefault = gpc_prefault_out,
 };
 
 __attribute__((visibility("default")))

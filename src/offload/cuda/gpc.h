@@ -39,7 +39,12 @@ int gpc_pool_alloc(gpc_dptr *p, uint64_t bytes);     /* 0 or -1 */
 void gpc_pool_free(gpc_dptr p);
 uint64_t gpc_pool_cached(void);                      /* bytes held free */
 void gpc_pool_trim(uint64_t keep);                   /* free down to keep */
-int gpc_pool_start(void);           /* the idle thread; 0 or -1 */
+/* The device's size in bytes (0: unknown) for the bound on cached
+ * buffers, and fixed: the old fixed 1 GiB bound instead (pool.c);
+ * gpc_pool_start calls it. gpc_pool_keep: that bound now. */
+void gpc_pool_configure(uint64_t device_bytes, int fixed);
+uint64_t gpc_pool_keep(void);
+int gpc_pool_start(void);           /* configure, the idle thread; 0/-1 */
 void gpc_pool_release_all(void);   /* stop: the thread, every buffer */
 
 /* blas3.c / lapack.c: one kernel each; 0, GPO_BE_UNSUPPORTED or -1. */

@@ -9,9 +9,25 @@
  * (to 2 MiB above 1 MiB, the driver's own granularity there; to 512 bytes
  * below), so that sizes that differ a little share buffers.
  *
- * Bounds: the cache holds at most GPC_POOL_KEEP bytes of free buffers
- * (1 GiB: the seed's "scratch released beyond 1 GB"); the oldest are freed
- * beyond it. A failed cuMemAlloc frees the whole cache and tries once
+ * Bounds: the cache holds at most gpc__keep() bytes of free buffers; the
+ * oldest are freed beyond it. That bound is what the largest of the last
+ * GPC_POOL_CALLS calls had handed out at once (a "call" ends when no
+ * buffer is handed out: the frontend releases every buffer of a call at
+ * its end), at least GPC_POOL_KEEP_MIN (1 GiB, the seed's "scratch
+ * released beyond 1 GB") and at most 1/GPC_POOL_CAP_DIV of the device's
+ * memory (unknown size: GPC_POOL_KEEP_MIN). Why: a fixed 1 GiB made a
+ * dgemm n = 8192 (3 x 512 MiB) free one buffer at the end of every call
+ * and allocate it again in the next (cuMemFree synchronises the device);
+ * a program in a loop now allocates once. What is kept is never more than
+ * recent calls held anyway, so it takes nothing from other programs that
+ * those calls did not; memory() counts it as free, so the policy's
+ * reserve of the level ("GPU memory always left free") is judged as if
+ * it were free, and it is freed when the program leaves the size (after
+ * GPC_POOL_CALLS smaller calls), after GPC_POOL_IDLE_S idle, when an
+ * allocation fails, and at stop. GPU_OFFLOAD_CUDA_POOL=fixed (read at
+ * start, for benchmarks) keeps the old fixed bound.
+ *
+ * A failed cuMemAlloc frees the whole cache and tries once
  * more. stop() frees everything; so does the policy's give-back, which
  * stops the backend. memory() counts cached bytes as free (they are ours
  * to reuse). Idle: the policy stops the backend only when another job
@@ -28,6 +44,7 @@
 #include "compat.h"
 #include <pthread.h>
 #include <signal.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -48,7 +65,9 @@ __asm__(".symver pthread_attr_setstacksize,pthread_attr_setstacksize@GLIBC_2.17"
 __asm__(".symver pthread_sigmask,pthread_sigmask@GLIBC_2.17");
 #endif
 
-#define GPC_POOL_KEEP (1ull << 30)
+#define GPC_POOL_KEEP_MIN (1ull << 30)
+#define GPC_POOL_CALLS 8
+#define GPC_POOL_CAP_DIV 4
 #define GPC_POOL_SLOTS 64
 #define GPC_POOL_IDLE_S 5
 
@@ -68,6 +87,47 @@ struct gpc__blk {
 static struct gpc__blk gpc__b[GPC_POOL_SLOTS];
 static uint64_t gpc__cached, gpc__clock;
 
+/* The bound's inputs: bytes handed out now, the most handed out at once
+ * in the call running now and in each of the last GPC_POOL_CALLS calls,
+ * the device's size (0: unknown) and the fixed-bound switch. */
+static uint64_t gpc__inuse, gpc__peak, gpc__peaks[GPC_POOL_CALLS];
+static unsigned gpc__npeak;
+static uint64_t gpc__total;
+static int gpc__fixed;
+
+static uint64_t gpc__keep(void)
+{
+	uint64_t k = gpc__peak, cap;
+
+	if (gpc__fixed || !gpc__total)
+		return GPC_POOL_KEEP_MIN;
+	for (int i = 0; i < GPC_POOL_CALLS; i++)
+		if (gpc__peaks[i] > k)
+			k = gpc__peaks[i];
+	if (k < GPC_POOL_KEEP_MIN)
+		k = GPC_POOL_KEEP_MIN;
+	cap = gpc__total / GPC_POOL_CAP_DIV;
+	return k > cap ? cap : k;
+}
+
+static void gpc__taken(uint64_t size)
+{
+	gpc__inuse += size;
+	if (gpc__inuse > gpc__peak)
+		gpc__peak = gpc__inuse;
+}
+
+/* A buffer came back; when it was the last one handed out, the call
+ * ended: its peak joins the recent ones. */
+static void gpc__returned(uint64_t size)
+{
+	gpc__inuse = gpc__inuse > size ? gpc__inuse - size : 0;
+	if (!gpc__inuse) {
+		gpc__peaks[gpc__npeak++ % GPC_POOL_CALLS] = gpc__peak;
+		gpc__peak = 0;
+	}
+}
+
 static uint64_t gpc__round(uint64_t bytes)
 {
 	uint64_t g = bytes > (1u << 20) ? (2u << 20) : 512u;
@@ -82,6 +142,8 @@ static void gpc__drop(struct gpc__blk *b)
 	(void)gpc_cu.MemFree(b->p);
 	if (!b->used)
 		gpc__cached -= b->size;
+	else
+		gpc__returned(b->size);
 	memset(b, 0, sizeof *b);
 }
 
@@ -119,6 +181,7 @@ static int gpc__alloc(gpc_dptr *p, uint64_t bytes)
 	if (best) {
 		best->used = 1;
 		gpc__cached -= best->size;
+		gpc__taken(best->size);
 		*p = best->p;
 		return 0;
 	}
@@ -140,6 +203,7 @@ static int gpc__alloc(gpc_dptr *p, uint64_t bytes)
 	}
 	empty->size = want;
 	empty->used = 1;
+	gpc__taken(want);
 	*p = empty->p;
 	return 0;
 }
@@ -152,7 +216,8 @@ static void gpc__free(gpc_dptr p)
 			b->used = 0;
 			b->age = ++gpc__clock;
 			gpc__cached += b->size;
-			gpc__trim(GPC_POOL_KEEP);
+			gpc__returned(b->size);
+			gpc__trim(gpc__keep());
 			return;
 		}
 	}
@@ -191,6 +256,25 @@ void gpc_pool_trim(uint64_t keep)
 	pthread_mutex_lock(&gpc__lock);
 	gpc__trim(keep);
 	pthread_mutex_unlock(&gpc__lock);
+}
+
+void gpc_pool_configure(uint64_t device_bytes, int fixed)
+{
+	pthread_mutex_lock(&gpc__lock);
+	gpc__total = device_bytes;
+	gpc__fixed = fixed;
+	gpc__trim(gpc__keep());
+	pthread_mutex_unlock(&gpc__lock);
+}
+
+uint64_t gpc_pool_keep(void)
+{
+	uint64_t k;
+
+	pthread_mutex_lock(&gpc__lock);
+	k = gpc__keep();
+	pthread_mutex_unlock(&gpc__lock);
+	return k;
 }
 
 uint64_t gpc_pool_cached(void)
@@ -236,12 +320,17 @@ static void *gpc__idle(void *arg)
 
 int gpc_pool_start(void)
 {
+	const char *mode = secure_getenv("GPU_OFFLOAD_CUDA_POOL");
+	size_t fr = 0, tot = 0;
 	sigset_t all, old;
 	pthread_attr_t at;
 	int rc;
 
 	if (gpc__th_on)
 		return 0;
+	if (gpc_cu.MemGetInfo(&fr, &tot) != 0)
+		tot = 0;
+	gpc_pool_configure(tot, mode && !strcmp(mode, "fixed"));
 	gpc__th_stop = 0;
 	gpc__last = gpc__now();
 	sigfillset(&all);
@@ -274,4 +363,6 @@ void gpc_pool_release_all(void)
 		if (gpc__b[i].size)
 			gpc__drop(&gpc__b[i]);
 	gpc__cached = 0;
+	gpc__inuse = gpc__peak = 0;
+	memset(gpc__peaks, 0, sizeof gpc__peaks);
 }

@@ -27,8 +27,15 @@
  *   GPU_OFFLOAD_TEST_BLAS=1        start(), stop() and memory() call the
  *                                  process's dgemm_ (as a backend whose
  *                                  libraries use host BLAS might)
+ *   GPU_OFFLOAD_TEST_BASE=1        answer a table whose size is the ABI 2
+ *                                  base (GPO_BACKEND_SIZE_BASE): the
+ *                                  optional entries are then absent for
+ *                                  the frontend, though set
  * Built with -DGPO_TEST_ABI=N it answers ABI version N instead (the
  * mismatch test).
+ *
+ * prefault (the optional entry) only journals "prefault <width> <rows>
+ * <pitch>", so that tests see which ranges the frontend hands it.
  *
  * to_host with GPO_BE_STAGE copies into its own (malloc'd) staging and
  * remembers the destination; commit() writes the destinations, discard()
@@ -360,26 +367,40 @@ static void tb_commit(void)
 	tb_discard();
 }
 
-static const struct gpo_backend tb_api = {
-	.abi = GPO_TEST_ABI,
-	.size = sizeof(struct gpo_backend),
-	.name = "test (CPU reference)",
-	.start = tb_start,
-	.stop = tb_stop,
-	.memory = tb_memory,
-	.alloc = tb_alloc,
-	.release = tb_release,
-	.to_device = tb_to_device,
-	.to_host = tb_to_host,
-	.run = tb_run,
-	.commit = tb_commit,
-	.discard = tb_discard,
-};
+static void tb_prefault(void *host, uint64_t pitch, uint64_t width,
+			uint64_t rows)
+{
+	(void)host;
+	tb_log("prefault %llu %llu %llu", (unsigned long long)width,
+	       (unsigned long long)rows, (unsigned long long)pitch);
+}
+
+#define TB_API(sz) { \
+	.abi = GPO_TEST_ABI, \
+	.size = (sz), \
+	.name = "test (CPU reference)", \
+	.start = tb_start, \
+	.stop = tb_stop, \
+	.memory = tb_memory, \
+	.alloc = tb_alloc, \
+	.release = tb_release, \
+	.to_device = tb_to_device, \
+	.to_host = tb_to_host, \
+	.run = tb_run, \
+	.commit = tb_commit, \
+	.discard = tb_discard, \
+	.prefault = tb_prefault, \
+}
+static const struct gpo_backend tb_api = TB_API(sizeof(struct gpo_backend));
+static const struct gpo_backend tb_api_base = TB_API(GPO_BACKEND_SIZE_BASE);
+
 
 __attribute__((visibility("default")))
 const struct gpo_backend *gpo_backend_entry(uint32_t abi);
 const struct gpo_backend *gpo_backend_entry(uint32_t abi)
 {
+	const char *s = getenv("GPU_OFFLOAD_TEST_BASE");
+
 	(void)abi;      /* answers its own version; the frontend checks */
-	return &tb_api;
+	return s && s[0] == '1' ? &tb_api_base : &tb_api;
 }

@@ -2,8 +2,13 @@
  * poolunit.c - the CUDA backend's device-memory pool (src/offload/cuda/
  * pool.c) against a stand-in driver table: reuse of a released buffer,
  * no reuse that wastes more than a quarter, the 1 GiB bound on cached
- * buffers (oldest freed first), a failed allocation that frees the cache
- * and succeeds on the retry, and everything freed at stop. Prints one
+ * buffers while the device's size is unknown (oldest freed first), a
+ * failed allocation that frees the cache and succeeds on the retry,
+ * everything freed at stop; then, the device's size known, the bound of
+ * the largest recent call: a loop of dgemm-sized calls (3 x 512 MiB)
+ * allocates its buffers once and frees none, the cache shrinks once the
+ * program left that size, the cap of a quarter of the device, and the
+ * fixed bound of GPU_OFFLOAD_CUDA_POOL=fixed. Prints one
  * line per check and "poolunit: ok"; exit status 1 on the first failure
  * (tests/offload/test_offload_cuda.py runs it). The idle release (a
  * thread and 5 s) is checked on the GPU (tests/offload/cuda/device.sh).
@@ -65,6 +70,22 @@ static gpc_res fake_free(gpc_dptr p)
 
 #define MB (1ull << 20)
 
+/* One call as the frontend makes it for a dgemm with beta = 0: three
+ * buffers a, b, c handed out, then all three released. */
+static void dgemm_call(uint64_t bytes)
+{
+	gpc_dptr a, b, c;
+
+	if (gpc_pool_alloc(&a, bytes) || gpc_pool_alloc(&b, bytes) ||
+	    gpc_pool_alloc(&c, bytes)) {
+		fprintf(stderr, "poolunit: FAIL: allocation of a call\n");
+		exit(1);
+	}
+	gpc_pool_free(a);
+	gpc_pool_free(b);
+	gpc_pool_free(c);
+}
+
 int main(void)
 {
 	gpc_dptr a, b, c, d;
@@ -99,6 +120,44 @@ int main(void)
 	CHECK(gpc_pool_alloc(&a, 1024 * MB) != 0, "one that still fails fails");
 	gpc_pool_release_all();
 	CHECK(dev_used == 0 && allocs == frees, "stop frees every buffer, handed out or not");
+
+	/* The bound of the largest recent call (the device's size known). */
+	dev_total = 64ull << 30;
+	gpc_pool_configure(dev_total, 0);
+	allocs = frees = 0;
+	for (int i = 0; i < 10; i++)
+		dgemm_call(512 * MB);
+	CHECK(allocs == 3 && frees == 0 && gpc_pool_cached() == 1536 * MB,
+	      "ten calls of 3 x 512 MiB allocate 3 buffers once and free none");
+	CHECK(gpc_pool_keep() == 1536 * MB, "the bound is the call's 1.5 GiB");
+	for (int i = 0; i < 8; i++) {
+		CHECK(gpc_pool_alloc(&a, 1 * MB) == 0, "a small call");
+		gpc_pool_free(a);
+	}
+	CHECK(gpc_pool_keep() == 1024 * MB && gpc_pool_cached() <= 1024 * MB &&
+	      frees >= 1, "eight small calls later the bound is 1 GiB again");
+	gpc_pool_release_all();
+
+	/* Capped at a quarter of the device: 4 GiB -> 1 GiB. */
+	dev_total = 4ull << 30;
+	gpc_pool_configure(dev_total, 0);
+	allocs = frees = 0;
+	for (int i = 0; i < 4; i++)
+		dgemm_call(512 * MB);
+	CHECK(gpc_pool_keep() == 1024 * MB && gpc_pool_cached() <= 1024 * MB &&
+	      allocs == 3 + 3 && frees == 4,
+	      "on a 4 GiB device at most 1 GiB is kept (a buffer freed per call)");
+	gpc_pool_release_all();
+
+	/* The fixed bound (GPU_OFFLOAD_CUDA_POOL=fixed): as before. */
+	dev_total = 64ull << 30;
+	gpc_pool_configure(dev_total, 1);
+	allocs = frees = 0;
+	for (int i = 0; i < 4; i++)
+		dgemm_call(512 * MB);
+	CHECK(allocs == 6 && frees == 4, "the fixed bound frees one buffer per call");
+	gpc_pool_release_all();
+	CHECK(dev_used == 0, "nothing left");
 	printf("poolunit: ok\n");
 	return 0;
 }

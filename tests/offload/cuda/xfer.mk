@@ -11,9 +11,11 @@ XFER_SAVED_GOAL := $(.DEFAULT_GOAL)
 # The fake defines the driver's functions without its header: no
 # prototypes to declare them against.
 XFER_T    := $(B)/tests/offload/cuda
-XFER_SRC  := src/offload/cuda/cuapi.c src/offload/cuda/xfer.c \
+XFER_SRC  := src/offload/cuda/cuapi.c src/offload/cuda/xfer.c src/offload/cuda/xstage.c \
+             src/offload/cuda/xfault.c \
              src/offload/cuda/xpool.c
-XFER_HDR  := src/offload/cuda/cuapi.h src/offload/cuda/xfer.h \
+XFER_HDR  := src/offload/cuda/cuapi.h src/offload/cuda/xfer.h src/offload/cuda/xfer_int.h \
+             src/offload/cuda/xfault.h \
              src/offload/cuda/xpool.h src/offload/backend.h \
              src/offload/compat.h $(B)/offload/gen/ops.h
 XFER_INC  := -include src/offload/compat.h -Isrc/offload -Isrc/offload/cuda \
@@ -57,6 +59,7 @@ lint-xfer: $(B)/offload/gen/ops.h
 	cppcheck --quiet --error-exitcode=1 --enable=warning,portability \
 	  --std=c11 --inline-suppr -Isrc/offload -Isrc/offload/cuda \
 	  -I$(B)/offload/gen src/offload/cuda/xfer.c src/offload/cuda/xpool.c \
+	  src/offload/cuda/xfault.c src/offload/cuda/xstage.c \
 	  tests/offload/cuda/fakedev.c tests/offload/cuda/xfertest.c \
 	  bench/offload/xfer_bench.c
 

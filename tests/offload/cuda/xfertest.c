@@ -18,8 +18,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "backend.h"
+#include "xfault.h"
 #include "xfer.h"
 
 static int checks, failed;
@@ -182,13 +185,18 @@ static void start(const char *cfg, uint64_t chunk, int nbuf, int threads,
 {
 	struct gpc_xfer_tune t = { chunk, nbuf, threads, reg_min, keep };
 	struct gpc_xfer_stats st;
+	struct gpc_xfault_stats fs;
 
 	CHECK(gpc_xfer_start_tuned(&t) == 0, "%s start", cfg);
 	gpc_xfer_stats(&st);
+	gpc_xfault_stats(&fs);
 	CHECK(threads <= 0 || st.threads == threads, "%s threads %d", cfg,
 	      st.threads);
-	CHECK(ntasks_now() == base_tasks + st.threads - 1, "%s: %d tasks, "
-	      "%d threads, %d before", cfg, ntasks_now(), st.threads, base_tasks);
+	CHECK(fs.workers == GPC_XFAULT_THREADS, "%s: %d prefault workers", cfg,
+	      fs.workers);
+	CHECK(ntasks_now() == base_tasks + st.threads - 1 + fs.workers,
+	      "%s: %d tasks, %d threads, %d prefault, %d before", cfg,
+	      ntasks_now(), st.threads, fs.workers, base_tasks);
 }
 
 static void stop(const char *cfg)
@@ -217,6 +225,135 @@ static int idle_elsewhere(void)
 	if (pthread_create(&t, NULL, idle_thread, &freed) == 0)
 		pthread_join(t, NULL);
 	return freed;
+}
+
+/* ---- Prefault (xfault.h) ---------------------------------------------- */
+
+static int saw_waiter, hook_calls;
+
+/* A prefault worker, before each piece: hold on until somebody waits for
+ * the job (bounded: a copy that does not wait fails the check instead of
+ * hanging). */
+static void hold_until_waited(void)
+{
+	__atomic_add_fetch(&hook_calls, 1, __ATOMIC_SEQ_CST);
+	for (long i = 0; i < 20000000 && !gpc_xfault_waiting(); i++)
+		sched_yield();
+	if (gpc_xfault_waiting())
+		__atomic_store_n(&saw_waiter, 1, __ATOMIC_SEQ_CST);
+}
+
+/* Pages of [p, p + n) resident now, or -1. */
+static long resident(void *p, uint64_t n)
+{
+	uint64_t pg = (uint64_t)sysconf(_SC_PAGESIZE), np = (n + pg - 1) / pg;
+	unsigned char *v = malloc(np);
+	long r = 0;
+
+	if (!v || mincore(p, n, v) != 0) {
+		free(v);
+		return -1;
+	}
+	for (uint64_t i = 0; i < np; i++)
+		r += v[i] & 1;
+	free(v);
+	return r;
+}
+
+static void prefaults(void)
+{
+	const uint64_t big = 24ull << 20, w = 3000, rows = big / 4096, p = 4096;
+	uint64_t pg = (uint64_t)sysconf(_SC_PAGESIZE);
+	struct gpc_xfault_stats fs, fs0;
+	unsigned char *in = hbuf(rows * p, -1), *copy, *fresh;
+	gpc_dptr dev = dalloc(rows * p);
+	int populates;
+
+	start("prefault", 1 << 20, 3, 2, 0, 0);
+	CHECK(gpc_h2d(dev, p, in, p, w, rows) == 0, "prefault: h2d");
+
+	/* Fresh memory: resident afterwards (where the kernel has
+	 * MADV_POPULATE_WRITE), still zero, and the copy out right. */
+	fresh = mmap(NULL, big, PROT_READ | PROT_WRITE,
+		     MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	CHECK(fresh != MAP_FAILED, "prefault: mmap");
+	if (fresh == MAP_FAILED)
+		return;
+	CHECK(resident(fresh, big) == 0, "prefault: fresh memory resident "
+	      "before (%ld pages)", resident(fresh, big));
+	gpc_xfault_stats(&fs0);
+	gpc_prefault(fresh, p, w, rows);
+	gpc_xfault_wait();
+	gpc_xfault_stats(&fs);
+	CHECK(fs.jobs == fs0.jobs + 1 && fs.pieces > fs0.pieces,
+	      "prefault: one job, %llu pieces",
+	      (unsigned long long)(fs.pieces - fs0.pieces));
+	populates = fs.errors == fs0.errors;
+	if (populates)
+		CHECK(resident(fresh, big) >= (long)(((rows - 1) * p + w + pg - 1) / pg),
+		      "prefault: %ld of %llu pages resident", resident(fresh, big),
+		      (unsigned long long)(big / pg));
+	else
+		printf("xfertest: this kernel has no MADV_POPULATE_WRITE; "
+		       "prefault did nothing (a hint)\n");
+	CHECK(all(fresh, big, 0), "prefault changed fresh memory");
+	CHECK(gpc_d2h(fresh, p, dev, p, w, rows, 0) == 0 &&
+	      same(fresh, p, in, p, w, rows, 0), "prefault: d2h into it");
+
+	/* Memory with contents, rows with padding: not a byte changes. */
+	copy = hbuf(rows * p, -1);
+	{
+		unsigned char *ref = malloc(rows * p);
+		memcpy(ref, copy, rows * p);
+		gpc_prefault(copy + 100, p, w, rows - 1);
+		gpc_xfault_wait();
+		CHECK(ref && !memcmp(ref, copy, rows * p),
+		      "prefault changed memory with contents");
+		free(ref);
+	}
+
+	/* The copy out, commit and discard wait for a prefault first. */
+	gpc_xfault_set_hook(hold_until_waited);
+	saw_waiter = 0;
+	gpc_prefault(copy, p, w, rows);
+	CHECK(gpc_d2h(copy, p, dev, p, w, rows, 0) == 0 &&
+	      same(copy, p, in, p, w, rows, -1), "prefault: d2h");
+	CHECK(saw_waiter, "d2h did not wait for the prefault of its memory");
+	saw_waiter = 0;
+	gpc_prefault(copy, p, w, rows);
+	gpc_discard();
+	CHECK(saw_waiter, "discard did not wait for a prefault");
+	saw_waiter = 0;
+	gpc_prefault(copy, p, w, rows);
+	gpc_commit();
+	CHECK(saw_waiter, "commit did not wait for a prefault");
+	gpc_xfault_set_hook(NULL);
+
+	/* Too small: not queued. Unmapped or read-only: no harm, nothing
+	 * written. */
+	gpc_xfault_stats(&fs0);
+	gpc_prefault(copy, p, w, 10);
+	gpc_xfault_stats(&fs);
+	CHECK(fs.jobs == fs0.jobs, "prefault: a small range was queued");
+	CHECK(munmap(fresh, big) == 0, "munmap");
+	gpc_prefault(fresh, p, w, rows);
+	gpc_xfault_wait();
+	fresh = mmap(NULL, big, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (fresh != MAP_FAILED) {
+		gpc_prefault(fresh, p, w, rows);
+		gpc_xfault_wait();
+		CHECK(all(fresh, big, 0), "prefault wrote read-only memory");
+		munmap(fresh, big);
+	}
+	stop("prefault");
+	/* Stopped: nothing is queued, nothing runs. */
+	gpc_xfault_stats(&fs0);
+	gpc_prefault(copy, p, w, rows);
+	gpc_xfault_stats(&fs);
+	CHECK(fs.jobs == fs0.jobs && fs.workers == 0, "prefault after stop");
+	(void)gpc_cu.MemFree(dev);
+	free(in);
+	free(copy);
 }
 
 /* Injected failures (the fake only). */
@@ -403,6 +540,7 @@ int main(void)
 	start("reg", 4096, 3, 2, 1, 0);
 	shapes("reg", 4096);
 	stop("reg");
+	prefaults();
 	if (!get) {     /* a real GPU: the defaults too */
 		start("default", 0, 0, 0, 0, 0);
 		shapes("default", 16u << 20);
