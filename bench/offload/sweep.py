@@ -255,13 +255,24 @@ def _order(sizes):
 
 
 def _predict(pts, op, n):
-    """CPU seconds per call of op at n, from the largest measured size
-    below it (n^3), or None."""
-    best = None
-    for p in pts:
-        if p.op == op and p.per_call and p.n <= n and (best is None or p.n > best.n):
-            best = p
-    return best.per_call * (n / best.n) ** 3 if best else None
+    """CPU seconds per call of op at n from the largest measured size at
+    or below it, scaled by n^e: e the log-log slope between the two
+    largest measured sizes (numpy's solve, eigh and cholesky grow slower
+    than n^3 where copies weigh), held within [2, 3]; 3 with one size.
+    None when nothing is measured."""
+    seen = sorted((p.n, p.per_call) for p in pts
+                  if p.op == op and p.per_call and p.n <= n)
+    if not seen:
+        return None
+    n1, t1 = seen[-1]
+    below = [(m, t) for m, t in seen if m < n1]
+    e = 3.0
+    if below:
+        import math
+        n0, t0 = below[-1]
+        if t0 > 0 and t1 > 0:
+            e = min(3.0, max(2.0, math.log(t1 / t0) / math.log(n1 / n0)))
+    return t1 * (n / n1) ** e
 
 
 def _ratio(pts, op, n):

@@ -273,3 +273,21 @@ def test_breakdown_from_trace_records(tmp_path):
     assert b["copy"] == pytest.approx(0.0045) and b["cpu_blas"] == pytest.approx(0.0045)
     assert b["rest"] == pytest.approx(0.022 - 0.007 - 0.0045)
     assert V.breakdown([], got) is None
+
+
+def test_sweep_predicts_the_cpu_call_from_the_measured_sizes():
+    import sweep as W
+
+    def pt(n, t, op="eigh"):
+        p = W.Point(op, n, "warm")
+        p.per_call = t
+        return p
+    # One size: n^3.
+    assert W._predict([pt(1024, 0.1)], "eigh", 4096) == pytest.approx(6.4)
+    # Two: their slope (here 2.5), held within [2, 3].
+    two = [pt(1024, 0.1), pt(2048, 0.1 * 2 ** 2.5), pt(4096, 99.0, "solve")]
+    assert W._predict(two, "eigh", 8192) == pytest.approx(0.1 * 8 ** 2.5)
+    assert W._predict([pt(1024, 1.0), pt(2048, 1.0)], "eigh", 4096) == pytest.approx(4.0)
+    assert W._predict(two, "cholesky", 64) is None
+    # Sizes are covered range first.
+    assert W._order([16, 32, 64, 128, 256]) == [16, 64, 256, 32, 128]
