@@ -61,6 +61,7 @@ class Point:
     def __init__(self, op, n, kind):
         self.op, self.n, self.kind = op, n, kind
         self.cpu, self.off, self.exclude = [], [], []
+        self.first = []            # which side of each pair ran first
         self.count = None          # fresh: calls per process; warm: per turn
         self.per_call = None       # CPU seconds per call
         self.pair_s = None         # measured seconds per pair (processes included)
@@ -126,6 +127,7 @@ def fresh_batch(c, p, k, secs):
             if t is None:
                 p.errors.append("%s run: exit %s %s" % (mode, r["rc"], r["other"][:2]))
         if got.get("cpu") and got.get("default"):
+            p.first.append(order[0])
             p.cpu.append(got["cpu"])
             p.off.append(got["default"])
         p.pair_s = wall if p.pair_s is None else (p.pair_s + wall) / 2
@@ -191,10 +193,10 @@ def warm_batch(c, p, k, turn_s, pred, warm_s):
         setup = time.monotonic() - t0
         t1 = time.monotonic()
         done = 0
-        for i in range(k):
+        for _ in range(k):
             if c.budget.left() <= 0:
                 break
-            order = ("cpu", "default") if (len(p.cpu) + i) % 2 == 0 else ("default", "cpu")
+            order = ("cpu", "default") if len(p.cpu) % 2 == 0 else ("default", "cpu")
             got = {}
             for m in order:
                 js = _turn(c, procs[m], p.count, limit)
@@ -208,6 +210,7 @@ def warm_batch(c, p, k, turn_s, pred, warm_s):
                 p.gpu["start_turn"] = len(p.cpu)
                 p.start_turns = p.start_turns or off_turns
             gpu = got["default"]["gpu"]
+            p.first.append(order[0])
             p.cpu.append(got["cpu"]["t"])
             p.off.append(got["default"]["t"])
             done += 1
@@ -372,7 +375,7 @@ def report(c, pts):
             continue
         j = p.judge()
         d = {"op": p.op, "n": p.n, "kind": p.kind, "cpu": p.cpu, "off": p.off,
-             "excluded": p.exclude, "count": p.count, "per_call": p.per_call,
+             "excluded": p.exclude, "first": p.first, "count": p.count, "per_call": p.per_call,
              "pair_s": p.pair_s, "setup_s": p.setup_s, "gpu": p.gpu, "errors": p.errors,
              "cmd": p.cmd, "judge": {k: v for k, v in j.items() if k != "ratios"},
              "ratios": j.get("ratios"), "gpu_used": p.gpu_used()}

@@ -37,10 +37,12 @@ def judge(cpu, off, limit=LIMIT, exclude=()):
     on one side of the limit and min-of-K agrees with the median. An
     unclear point is the one more pairs would help (the sweep adds them
     first)."""
-    pairs = [(c, o) for c, o in zip(cpu, off) if c and o and c > 0 and o > 0]
-    if not pairs:
+    ok_pair = [(i, c, o) for i, (c, o) in enumerate(zip(cpu, off))
+               if c and o and c > 0 and o > 0]
+    if not ok_pair:
         return {"k": 0, "verdict": "error", "clear": False}
-    keep = [p for i, p in enumerate(pairs) if i not in set(exclude)] or pairs
+    pairs = [(c, o) for _, c, o in ok_pair]
+    keep = [(c, o) for i, c, o in ok_pair if i not in set(exclude)] or pairs
     r = [o / c for c, o in keep]
     med, q1, q3 = quantile(r, 0.5), quantile(r, 0.25), quantile(r, 0.75)
     minmin = min(o for _, o in keep) / min(c for c, _ in keep)

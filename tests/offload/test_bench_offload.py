@@ -62,6 +62,8 @@ def test_quick_mode_writes_every_section(quick):
         # judged on their ratios.
         assert len(p["cpu"]) == len(p["off"]) == p["judge"]["k"] + p["judge"].get("excluded", 0) > 0, p
         assert p["judge"]["verdict"] in ("ok", "slower"), p
+        # Which side goes first alternates from pair to pair.
+        assert p["first"] == [("cpu", "default")[i % 2] for i in range(len(p["cpu"]))], p
     warm = [p for p in pts if p["kind"] == "warm"]
     assert all(p["count"] >= 1 and not p["errors"] for p in warm), warm
     assert "off/CPU: median" in md
@@ -123,6 +125,9 @@ def test_judge_leaves_out_the_pair_with_the_gpu_start():
     j = V.judge(cpu, off, exclude=[1])
     assert j["k"] == 4 and j["excluded"] == 1 and j["median"] == 0.5 and j["clear"]
     assert j["total"] == sum(off) / sum(cpu)     # the start counted here
+    # The index is the pair's, also after a pair without a measurement.
+    j = V.judge([None] + cpu, [1.0] + off, exclude=[2])
+    assert j["k"] == 4 and j["median"] == 0.5
 
 
 def test_judge_unclear_cases():
