@@ -30,10 +30,11 @@ Repetitions come from the budget: a first pass gives every point K1
 pairs (3, enough for a clear verdict; 2 above twice --fresh-max; 1 where
 a CPU call takes over 8 s), in an order that covers the range first
 (small points, then large ones every other size first); a second pass spends what is left on the points whose
-verdict is unclear (fewer than 3 pairs, an interquartile range that
-straddles 1.05, or min-of-K disagreeing with the median), nearest to the
-limit first, then on points with fewer than K_WANT pairs, in batches (a
-fresh point 2 more pairs, a warm one a new session of 3). A point is
+verdict is unclear (fewer than 3 pairs unless all lie far from 1.05, an
+interquartile range that straddles 1.05, or min-of-K disagreeing with
+the median), those with the fewest pairs first and among them the
+nearest to the limit, then on points with fewer than K_WANT pairs, in
+batches (a fresh point 2 more pairs, a warm one a new session of 3). A point is
 skipped, and named, when its predicted CPU call (n^3 from the largest
 measured size below it) exceeds --max-call-s, or its predicted cost what
 is left."""
@@ -178,7 +179,10 @@ def warm_batch(c, p, k, turn_s, pred, warm_s):
                 p.errors.append("cpu: warm-up turn failed")
                 return
         gpu, tw = False, time.monotonic()
-        while True:
+        # No warm-up turn for the offloaded one either when a turn takes
+        # over 5 s on the CPU (a GPU start is then a small part of its
+        # pair, which is left out when there are others).
+        while not (pred and pred * p.count > 5 and not p.start_turns):
             js = _turn(c, procs["default"], p.count, limit)
             off_turns += 1
             if js is None:
@@ -192,6 +196,13 @@ def warm_batch(c, p, k, turn_s, pred, warm_s):
                 break
         setup = time.monotonic() - t0
         t1 = time.monotonic()
+        # Before each turn a pause: after a call OpenBLAS's idle threads
+        # spin (2^28 cycles by default: 0.1-0.2 s) before they sleep,
+        # and would take the cores from the start of the other process's
+        # turn. Turns of 2 s and more do without it (the effect is then a
+        # few percent at most, and the same for both sides, which
+        # alternate).
+        gap = c.turn_gap_s if (pred or 0) * p.count < 2 else 0.0
         done = 0
         for _ in range(k):
             if c.budget.left() <= 0:
@@ -199,6 +210,8 @@ def warm_batch(c, p, k, turn_s, pred, warm_s):
             order = ("cpu", "default") if len(p.cpu) % 2 == 0 else ("default", "cpu")
             got = {}
             for m in order:
+                if gap:
+                    time.sleep(gap)
                 js = _turn(c, procs[m], p.count, limit)
                 off_turns += m == "default"
                 if js is None:
@@ -241,12 +254,13 @@ def setup_cost(n):
     return 1.0 + 4 * n * n * 8 / 1e9
 
 
-def warm_cost(p, k, pred, ratio=1.0, warm_s=1.0):
+def warm_cost(p, k, pred, ratio=1.0, warm_s=1.0, gap=0.2):
     calls = p.count or 1
     t_cpu = (pred or 1.0) * calls
+    gaps = 2 * k * gap if t_cpu < 2 else 0.0
     turns_cpu = (1 if t_cpu <= 2 else 0) + k
-    turns_off = max(1, warm_s / t_cpu, p.start_turns or 0) + k
-    return setup_cost(p.n) + turns_cpu * t_cpu + turns_off * t_cpu * min(1.2, ratio)
+    turns_off = (0 if t_cpu > 5 else max(1, warm_s / t_cpu, p.start_turns or 0)) + k
+    return setup_cost(p.n) + turns_cpu * t_cpu + turns_off * t_cpu * min(1.2, ratio) + gaps
 
 
 # ---- the plan -----------------------------------------------------------------
@@ -324,7 +338,7 @@ def sec_sweep(c):
                 k = 1
             if p.count is None:
                 p.count = max(1, int(round(turn_s / pred))) if pred else 1
-            cost = warm_cost(p, k, pred, _ratio(measured, p.op, p.n), warm_s)
+            cost = warm_cost(p, k, pred, _ratio(measured, p.op, p.n), warm_s, c.turn_gap_s)
         if cost > c.budget.left():
             if first:
                 p.skipped = "predicted %.0f s, %.0f s left" % (cost, c.budget.left())
@@ -354,7 +368,7 @@ def sec_sweep(c):
             w = V.need(p.judge(), K_WANT[p.kind])
             if w:
                 cand.append((w, -(p.pair_s or 1), p))
-        cand.sort(key=lambda x: (x[0], x[1]), reverse=True)
+        cand.sort(key=lambda x: x[:2], reverse=True)
         ran = False
         for _, _, p in cand:
             if run_batch(p, 2 if p.kind == "fresh" else 3, False):
@@ -395,7 +409,9 @@ def report(c, pts):
             how = "%d a turn; %d of %d calls offloaded; %s" % (
                 p.count, p.gpu["offloaded"], p.gpu["calls"],
                 "GPU started in warm-up" if p.gpu_used() and st is None else
-                "GPU started in pair %d (left out)" % st if st is not None else "GPU not started")
+                "GPU started in pair %d%s" % (st, " (left out)" if j.get("excluded") else
+                                              " (kept: the only pair)")
+                if st is not None else "GPU not started")
         if p.errors:
             how += "; %d errors" % len(p.errors)
         rows.append((p.op, "-" if p.op == "mixed" else p.n, p.kind, H.fmt_s(tc), H.fmt_s(to),

@@ -6,8 +6,10 @@ test_bench_offload.py feeds them synthetic inputs."""
 import re
 
 LIMIT = 1.05
-# Fewer pairs than this never make a clear verdict.
+# Fewer pairs than this make a clear verdict only far from the limit:
+# all of them below FAR[0] or above FAR[1] times it.
 MIN_CLEAR = 3
+FAR = (0.75, 1.33)
 
 
 def quantile(xs, q):
@@ -34,9 +36,9 @@ def judge(cpu, off, limit=LIMIT, exclude=()):
     best, the classic min-of-K) is a second estimate. The verdict is
     "ok" when the median is within `limit`, else "slower"; it is CLEAR
     when there are at least MIN_CLEAR pairs, the interquartile range lies
-    on one side of the limit and min-of-K agrees with the median. An
-    unclear point is the one more pairs would help (the sweep adds them
-    first)."""
+    on one side of the limit and min-of-K agrees with the median, or when
+    every ratio and min-of-K lie far from it (FAR). An unclear point is
+    the one more pairs would help (the sweep adds them first)."""
     ok_pair = [(i, c, o) for i, (c, o) in enumerate(zip(cpu, off))
                if c and o and c > 0 and o > 0]
     if not ok_pair:
@@ -49,6 +51,10 @@ def judge(cpu, off, limit=LIMIT, exclude=()):
     ok = med <= limit
     clear = (len(r) >= MIN_CLEAR and (q3 <= limit if ok else q1 > limit)
              and (minmin <= limit) == ok)
+    # Far from the limit, fewer pairs do: every ratio and min-of-K beyond
+    # FAR of it (a dgemm 16384 at 0.08x needs no third pair).
+    lo_far, hi_far = limit * FAR[0], limit * FAR[1]
+    clear = clear or all(x <= lo_far for x in r + [minmin]) or all(x >= hi_far for x in r + [minmin])
     return {"k": len(r), "excluded": len(pairs) - len(keep), "ratios": r,
             "median": med, "q1": q1, "q3": q3, "lo": min(r), "hi": max(r),
             "minmin": minmin,
@@ -85,14 +91,17 @@ def noise_floor(points):
 
 
 def need(j, k_want):
-    """How much a point wants more pairs (0: not at all): an unclear
-    verdict first, then fewer pairs than k_want; the nearer its median is
-    to the limit, the more."""
+    """How much a point wants more pairs, as a sort key (larger first), or
+    None: unclear verdicts first, then fewer pairs than k_want; within a
+    class the point with the fewest pairs, then the one whose median is
+    nearest the limit (so more pairs spread over the points that need
+    them rather than piling onto one)."""
     if j.get("verdict") == "error":
-        return 0
+        return None
+    near = 1.0 / (1.0 + 100 * abs(j["median"] - LIMIT))
     if not j["clear"]:
-        return 2 + 1.0 / (1.0 + 100 * abs(j["median"] - LIMIT))
-    return 1 if j["k"] < k_want else 0
+        return (2, -j["k"], near)
+    return (1, -j["k"], near) if j["k"] < k_want else None
 
 
 # ---- where a numpy call's time goes ----------------------------------------

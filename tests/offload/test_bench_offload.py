@@ -131,7 +131,7 @@ def test_judge_leaves_out_the_pair_with_the_gpu_start():
 
 
 def test_judge_unclear_cases():
-    # Too few pairs.
+    # Too few pairs near the limit.
     j = V.judge([1.0, 1.0], [1.0, 1.0])
     assert j["verdict"] == "ok" and not j["clear"]
     assert V.label(j) == "ok (unclear)"
@@ -148,9 +148,17 @@ def test_judge_unclear_cases():
 
 def test_need_and_noise_floor():
     unclear = V.judge([1.0] * 4, [1.03, 1.04, 1.06, 1.07])
+    unclear_few = V.judge([1.0] * 2, [1.0] * 2)
+    unclear_few_near = V.judge([1.0] * 2, [1.04] * 2)
     clear_few = V.judge([1.0] * 3, [1.0] * 3)
     clear_many = V.judge([1.0] * 9, [1.0] * 9)
-    assert V.need(unclear, 9) > V.need(clear_few, 9) > V.need(clear_many, 9) == 0
+    assert (V.need(unclear_few_near, 9) > V.need(unclear_few, 9) > V.need(unclear, 9)
+            > V.need(clear_few, 9))
+    assert V.need(clear_many, 9) is None and V.need(V.judge([], []), 9) is None
+    # Far from the limit one pair is clear: no more wanted beyond k_want.
+    far = V.judge([13.0], [1.0])
+    assert far["clear"] and far["verdict"] == "ok" and V.need(far, 1) is None
+    assert V.judge([1.0], [1.5])["clear"] and not V.judge([1.0], [1.2])["clear"]
     pts = [{"judge": clear_many, "gpu_used": False},
            {"judge": V.judge([1.0] * 3, [0.97] * 3), "gpu_used": False},
            {"judge": V.judge([1.0] * 3, [0.1] * 3), "gpu_used": True}]
