@@ -155,6 +155,8 @@ def main():
     c.backend = os.path.abspath(a.backend) if a.backend else (
         cuda_be if not quick and os.path.exists(cuda_be) else test_be)
     c.profile = a.profile or os.environ.get("GPU_OFFLOAD_PROFILE")
+    # Absolute: the suites run in a temporary directory.
+    c.profile = os.path.abspath(c.profile) if c.profile else None
     if not c.profile and not quick:
         # The profile an earlier `gpu-offload calibrate` wrote here.
         home = os.environ.get("XDG_CONFIG_HOME") or os.path.expanduser("~/.config")

@@ -202,7 +202,10 @@ def sec_suites(c):
                     "cut": rc is None, "counts": cnt, "wall": wall, "trace": tr,
                     "cmd": H.cmdline(argv, env, ["OPENBLAS_NUM_THREADS", "GPU_OFFLOAD_FORCE",
                                                  "GPU_OFFLOAD_MIN_FLOPS"]),
-                    "tail": [ln for ln in text.strip().splitlines()[-4:]]})
+                    "tail": [ln for ln in text.strip().splitlines()[-4:]],
+                    # What the library said (its lines other than the
+                    # summaries), first ones.
+                    "said": [ln for ln in H.other_lines(text) if ln.startswith("gpu-offload:")][:10]})
     c.res["suites"] = out
     c.res["suites_absent"] = absent
     c.res["suites_limit_s"] = limit
@@ -220,7 +223,9 @@ def sec_suites(c):
            ("Not installed, so not run: %s.\n\n" % ", ".join(absent) if absent else "") +
            "\n".join("- %s %s: `%s`" % (o["module"], o["mode"], o["cmd"]) for o in out) + "\n\n" +
            H.table(["suite", "mode", "-n", "exit", "tests", "passed", "failed", "errors", "skipped",
-                    "xfailed", "GPU calls", "time", "failures"], rows))
+                    "xfailed", "GPU calls", "time", "failures"], rows) +
+           "".join("\n\n%s %s: the library said: %s" % (o["module"], o["mode"], "; ".join(
+               "`%s`" % ln for ln in o["said"][:3])) for o in out if o["said"]))
 
 
 def _keep_logs(c, logs):

@@ -304,3 +304,25 @@ def test_sweep_predicts_the_cpu_call_from_the_measured_sizes():
     assert W._predict(two, "cholesky", 64) is None
     # Sizes are covered range first.
     assert W._order([16, 32, 64, 128, 256]) == [16, 64, 256, 32, 128]
+
+
+def test_a_relative_profile_reaches_the_suites(tmp_path):
+    """The suites run in a temporary directory: a --profile relative to
+    the caller's directory must still be found there (before, the forced
+    and default runs said 'machine profile cannot open' and kept every
+    call on the CPU)."""
+    subprocess.run(["make", "-C", REPO, "-s", "all"], check=True, stdout=subprocess.DEVNULL)
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("GPU_OFFLOAD", "GPUMUTEX")) and k != "LD_PRELOAD"}
+    p = subprocess.run([F.PY, os.path.join("bench", "offload", "run.py"), "--quick",
+                        "--out", str(tmp_path), "--python", F.PY, "--sections", "suites",
+                        "--suites", "numpy.linalg", "--profile", "docs/profile-h200.txt"],
+                       cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stdout + p.stderr
+    res = json.loads((tmp_path / "results.json").read_text())
+    assert len(res["suites"]) == 3 and "errors" not in res, res.get("errors")
+    for s in res["suites"]:
+        assert s["rc"] == 0, s
+        assert not s["said"], s
+        if s["mode"] != "plain":
+            assert os.path.join(REPO, "docs", "profile-h200.txt") in s["cmd"], s["cmd"]
