@@ -432,8 +432,11 @@ def report(c, pts):
            "Times are per call (medians); **off/CPU** is the median of the paired ratios [quartiles] "
            "(extremes) of k pairs; min-of-K is min(offloaded) / min(CPU); total is the sum over all "
            "pairs, GPU starts included. A point is ok when the median is <= %.2f, and (unclear) when "
-           "there are fewer than %d pairs, its quartiles straddle %.2f or min-of-K disagrees. mixed: one "
-           "round of %s.\n\n" % (cmd, 0.02 if c.quick else 0.15, wcmd, V.LIMIT, V.MIN_CLEAR, V.LIMIT, MIXED) +
+           "there are fewer than %d pairs (unless all of them and min-of-K lie below %.2f or above %.2f), "
+           "its quartiles straddle %.2f or min-of-K disagrees. Warm turns under 2 s start %.1f s after the "
+           "other's (its idle BLAS threads spin that long). mixed: one round of %s.\n\n" % (
+               cmd, 0.02 if c.quick else 0.15, wcmd, V.LIMIT, V.MIN_CLEAR, V.LIMIT * V.FAR[0],
+               V.LIMIT * V.FAR[1], V.LIMIT, c.turn_gap_s, MIXED) +
            H.table(["op", "n", "kind", "CPU", "offloaded", "off/CPU: median [q1 .. q3] (min .. max) of k",
                     "min-of-K", "total", "GPU", ""], rows) +
            "\n\n%s\n" % ("**Every measured point within %.2f%s.**" % (
