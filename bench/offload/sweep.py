@@ -339,6 +339,10 @@ def sec_sweep(c):
             if p.count is None:
                 p.count = max(1, int(round(turn_s / pred))) if pred else 1
             cost = warm_cost(p, k, pred, _ratio(measured, p.op, p.n), warm_s, c.turn_gap_s)
+        # A margin: the estimate's inputs (the previous size's ratio, the
+        # n^e scaling, the processes' start) are rough, and a batch that
+        # runs into the deadline is killed and lost.
+        cost *= 1.3
         if cost > c.budget.left():
             if first:
                 p.skipped = "predicted %.0f s, %.0f s left" % (cost, c.budget.left())

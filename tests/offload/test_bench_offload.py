@@ -326,3 +326,111 @@ def test_a_relative_profile_reaches_the_suites(tmp_path):
         assert not s["said"], s
         if s["mode"] != "plain":
             assert os.path.join(REPO, "docs", "profile-h200.txt") in s["cmd"], s["cmd"]
+
+
+def test_sweep_plan_keeps_to_its_budget(monkeypatch):
+    """The sweep's planner against a model of the H200 (numpy's CPU times
+    of 2026-12-01, the GPU a fixed fraction above 2048, 5% noise), on a
+    fake clock: it ends within its budget, measures or names every point
+    (skipped ones with the reason), and where nothing is offloaded the
+    paired medians stay near 1."""
+    import random
+    import time as T
+    import sweep as W
+    clock = [0.0]
+    monkeypatch.setattr(T, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(T, "sleep", lambda s: clock.__setitem__(0, clock[0] + s))
+    rnd = random.Random(16)
+    coef = {"dgemm": (2.9e-12, 0), "solve": (8e-12, 3.9e-8), "eigh": (3.5e-11, 2.5e-8),
+            "cholesky": (2.9e-12, 2.4e-8)}
+    gpu = {"dgemm": 0.06, "solve": 0.6, "eigh": 0.3, "cholesky": 0.9}
+
+    def t_call(mode, op, n):
+        t = 5e-4 if op == "mixed" else coef[op][0] * n ** 3 + coef[op][1] * n ** 2 + 2e-6
+        return t * (gpu[op] if mode != "cpu" and op != "mixed" and n >= 2048 else 1.0)
+
+    def start(n):
+        return 0.3 + 4 * n * n * 8 / 1e9
+
+    class Ctx:
+        quick = smoke = False
+        sweep_sizes = None
+        fresh_max, max_call_s, turn_gap_s, py = 1024, 30.0, 0.2, "python3"
+        res, md = {}, []
+
+        def note(self, t):
+            self.md.append(t)
+
+        def work(self, mode, spec, args, timeout, extra=None, trace=None):
+            op, n = spec.split(":")
+            t = t_call(mode, op, int(n))
+            if "--seconds" in args:
+                count = int(float(args[args.index("--seconds") + 1]) / t) + 1
+            else:
+                count = int(args[args.index("--count") + 1])
+            loop = count * t * rnd.uniform(0.95, 1.05)
+            clock[0] += start(int(n)) + loop
+            return {"rc": 0, "json": {"results": [{"loop_s": loop, "count": count}]},
+                    "wall": start(int(n)) + loop, "other": [], "cmd": "x",
+                    "summary": {"offloaded": 0, "startup_s": 0.0, "reasons": {}, "seen": count}}
+
+        def prefix(self, mode, trace=None):
+            return []
+
+        def env(self, mode, extra=None):
+            return {}
+
+        def keys(self, mode, extra=None):
+            return []
+
+    class Served:
+        def __init__(self, mode, spec):
+            op, n = spec.split(":")
+            self.mode, self.op, self.n, self.ready, self.calls = mode, op, int(n), False, 0
+
+        def next_json(self, timeout):
+            if not self.ready:
+                self.ready = True
+                clock[0] += start(self.n) / 2
+                return {"ready": True, "gpu": False}
+            return self.last
+
+        def send(self, line):
+            k = int(line)
+            on_gpu = self.mode != "cpu" and self.op != "mixed" and self.n >= 2048
+            t = t_call(self.mode, self.op, self.n) * k * rnd.uniform(0.95, 1.05)
+            t += 0.45 if on_gpu and self.calls == 0 else 0.0     # the start-up
+            self.calls += k
+            clock[0] += t
+            self.last = {"t": t, "gpu": on_gpu}
+            return True
+
+        def close_stdin(self):
+            pass
+
+        def wait(self, timeout):
+            return 0, "", "", 0.0
+
+    monkeypatch.setattr(W, "_serve", lambda c, mode, p: Served(mode, p.spec()))
+    for budget in (250, 450, 330):
+        clock[0] = 0.0
+        c = Ctx()
+        c.res, c.md = {}, []
+        c.budget = H.Budget(budget)
+        c.budget.section(budget)
+        W.sec_sweep(c)
+        sw = c.res["sweep"]
+        assert clock[0] <= budget, (budget, clock[0])
+        planned = {p.key() for p in W.plan(c)}
+        measured = {"%s %s %s" % (p["op"], "-" if p["op"] == "mixed" else p["n"], p["kind"])
+                    for p in sw["points"]}
+        named = {s.split(" (")[0] for s in sw["skipped"]}
+        assert planned == measured | named and not measured & named, (planned, measured, named)
+        assert "solve 16384 warm" in named and "eigh 16384 warm" in named
+        for p in sw["points"]:
+            assert p["judge"]["k"] >= 1 and not p["errors"], p
+            if p["kind"] == "fresh":
+                assert p["judge"]["k"] >= 3 and 0.9 < p["judge"]["median"] < 1.11, p
+        assert "dgemm 16 fresh" in measured and "mixed - warm" in measured
+    # With 330 s (what call 1 leaves the sweep) every size up to 8192 is in.
+    assert {"dgemm 8192 warm", "eigh 8192 warm", "solve 8192 warm", "dgemm 16384 warm"} <= measured
