@@ -45,6 +45,7 @@
 #include <string.h>
 
 #include "frontend.h"
+#include "pcopy/pcopy.h"
 
 static pthread_mutex_t gpo__lock = PTHREAD_MUTEX_INITIALIZER;
 static const struct gpo_backend *gpo__be;
@@ -176,6 +177,7 @@ int gpo_gpu_start(void)
 		rc = gpo__decline(GPO_R_NO_BACKEND);
 	} else {
 		gpo__started = 1;
+		gpo_pcopy_gpu(1);       /* the copy engine may use more threads */
 		if (!gpo__atfork) {
 			gpo__atfork = 1;
 			pthread_atfork(gpo__prepare, gpo__parent, gpo__child);
@@ -197,6 +199,7 @@ void gpo_gpu_stop(void)
 		gpo_quiet(0);
 	}
 	gpo__started = 0;
+	gpo_pcopy_gpu(0);
 	pthread_mutex_unlock(&gpo__lock);
 	errno = e;
 }

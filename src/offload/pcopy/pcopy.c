@@ -27,6 +27,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -68,10 +69,12 @@ static struct {
 	/* configuration: 0 unread, 1 being read, 2 read */
 	int cfg;
 	int threads;            /* wanted, the caller included; 0: off */
+	int threads_gpu;        /* wanted while the GPU computes */
+	int gpu;                /* gpo_pcopy_gpu: the GPU has started */
 	int atfork;             /* the child handler is registered */
 	/* workers: under the job lock */
 	int workers;            /* running (0 until the first job) */
-	int tried;              /* creation was attempted (in this process) */
+	int tried;              /* the most threads attempted (this process) */
 	uint32_t gen0;          /* E.gen when the workers were created */
 	int busy;               /* the job lock */
 	struct gpo__job job;
@@ -87,6 +90,12 @@ static struct {
 } E;
 
 int64_t gpo_pcopy_min_n = GPO_PCOPY_MIN_N;
+int gpo_pcopy_cpus;
+
+void gpo_pcopy_gpu(int on)
+{
+	__atomic_store_n(&E.gpu, on ? 1 : 0, __ATOMIC_RELAXED);
+}
 
 static int64_t gpo__ns(void)
 {
@@ -183,6 +192,9 @@ static void *gpo__worker(void *arg)
 	int k = (int)(intptr_t)arg;
 	uint32_t seen = E.gen0;
 
+	/* A name in ps/top -H (and what the engine's unit test counts). */
+	prctl(PR_SET_NAME, "gpo-copy", 0, 0, 0);
+
 	for (;;) {
 		seen = gpo__wait_job(seen);
 		if (!gpo__claim(k, seen))
@@ -199,6 +211,7 @@ static void gpo__atfork_child(void)
 {
 	E.workers = 0;
 	E.tried = 0;
+	E.gpu = 0;              /* a fork child stays on the CPU */
 	E.busy = 0;
 	E.done = 0;
 	E.sleepers = 0;
@@ -206,23 +219,29 @@ static void gpo__atfork_child(void)
 		E.cfg = 0;
 }
 
-/* Under the job lock, once per process: the workers, as many of
- * E.threads - 1 as can be created (none: the caller copies alone). */
-static void gpo__start(void)
+/* Under the job lock: workers until there are want - 1 (the caller is
+ * the want-th); each count is attempted once per process (a failed
+ * pthread_create is not retried: the caller copies with what exists). */
+static void gpo__grow(int want)
 {
 	pthread_attr_t at;
 	pthread_t th;
 	sigset_t all, old;
 
-	E.tried = 1;
+	if (want <= E.tried)
+		return;
+	E.tried = want;
 	if (!E.atfork) {
 		/* Registered here, not at load time; once (the handler is
 		 * inherited by children and their children). */
 		pthread_atfork(NULL, NULL, gpo__atfork_child);
 		E.atfork = 1;
 	}
+	/* No job runs (the job lock): a new worker starts at the current
+	 * job number, its slice claimed for it (so that it waits for the
+	 * next job); the running workers never read gen0 again. */
 	E.gen0 = __atomic_load_n(&E.gen, __ATOMIC_RELAXED);
-	for (int k = 0; k < GPO_PCOPY_MAX_THREADS; k++)
+	for (int k = E.workers + 1; k < GPO_PCOPY_MAX_THREADS; k++)
 		E.claim[k].job = E.gen0;
 	if (pthread_attr_init(&at) != 0)
 		return;
@@ -232,8 +251,9 @@ static void gpo__start(void)
 	 * with every signal blocked. */
 	sigfillset(&all);
 	pthread_sigmask(SIG_SETMASK, &all, &old);
-	for (int k = 1; k < E.threads; k++) {
-		if (pthread_create(&th, &at, gpo__worker, (void *)(intptr_t)k) != 0)
+	while (E.workers + 1 < want) {
+		if (pthread_create(&th, &at, gpo__worker,
+				   (void *)(intptr_t)(E.workers + 1)) != 0)
 			break;
 		E.workers++;
 	}
@@ -258,25 +278,26 @@ static void gpo__config(void)
 {
 	const char *s;
 	uint64_t v;
-	int expect = 0, t;
+	int expect = 0, t, tg, c;
 
 	if (__atomic_load_n(&E.cfg, __ATOMIC_ACQUIRE) == 2)
 		return;
 	if (!__atomic_compare_exchange_n(&E.cfg, &expect, 1, 0,
 					 __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
 		return;         /* another thread reads it: off meanwhile */
-	t = gpo__cpus();
-	if (t > GPO_PCOPY_DEFAULT_THREADS)
-		t = GPO_PCOPY_DEFAULT_THREADS;
+	c = gpo_pcopy_cpus > 0 ? gpo_pcopy_cpus : gpo__cpus();
+	t = c < GPO_PCOPY_DEFAULT_THREADS ? c : GPO_PCOPY_DEFAULT_THREADS;
+	tg = c < GPO_PCOPY_GPU_THREADS ? c : GPO_PCOPY_GPU_THREADS;
 	s = getenv("GPU_OFFLOAD_COPY_THREADS");
 	if (s && *s) {
 		if (gm_parse_uint(s, 10, GPO_PCOPY_MAX_THREADS, &v) == 0)
-			t = (int)v;
+			t = tg = (int)v;
 		else
 			gpo_msg_once(GPO_MSG_COPY, "GPU_OFFLOAD_COPY_THREADS=%s is not a number from 0 to %d; using %d",
 				     s, GPO_PCOPY_MAX_THREADS, t);
 	}
 	E.threads = t;
+	E.threads_gpu = t ? tg : 0;
 	__atomic_store_n(&E.cfg, 2, __ATOMIC_RELEASE);
 }
 
@@ -323,7 +344,7 @@ int gpo_pcopy(int64_t n, const void *x, int64_t incx, void *y, int64_t incy,
 {
 	uintptr_t xlo, xhi, ylo, yhi;
 	const char *x0, *y0;
-	int e, t, expect = 0;
+	int e, t, want, expect = 0;
 	int64_t chunk;
 	uint32_t g = 0;
 
@@ -349,9 +370,10 @@ int gpo_pcopy(int64_t n, const void *x, int64_t incx, void *y, int64_t incy,
 		errno = e;
 		return 0;
 	}
-	if (!E.tried && E.threads > 1)
-		gpo__start();
-	t = E.workers + 1;
+	want = __atomic_load_n(&E.gpu, __ATOMIC_RELAXED) ? E.threads_gpu : E.threads;
+	if (want > 1)
+		gpo__grow(want);
+	t = E.workers + 1 < want ? E.workers + 1 : want;
 	chunk = (n + t - 1) / t;
 	chunk = (chunk + GPO__SLICE_ALIGN - 1) / GPO__SLICE_ALIGN * GPO__SLICE_ALIGN;
 	E.job.x = x0;
@@ -363,6 +385,11 @@ int gpo_pcopy(int64_t n, const void *x, int64_t incx, void *y, int64_t incy,
 	E.job.esz = esz;
 	if (t > 1) {
 		__atomic_store_n(&E.done, 0, __ATOMIC_RELAXED);
+		/* Workers beyond t (more exist than this job wants: the GPU
+		 * was given back) find their slice of the job taken. */
+		g = __atomic_load_n(&E.gen, __ATOMIC_RELAXED) + 1;
+		for (int k = t; k <= E.workers; k++)
+			__atomic_store_n(&E.claim[k].job, g, __ATOMIC_RELAXED);
 		g = __atomic_add_fetch(&E.gen, 1, __ATOMIC_SEQ_CST);
 		if (__atomic_load_n(&E.sleepers, __ATOMIC_SEQ_CST))
 			gpo__futex(&E.gen, FUTEX_WAKE_PRIVATE, INT_MAX);

@@ -31,6 +31,14 @@
 /* Threads in all, the caller included (GPU_OFFLOAD_COPY_THREADS caps). */
 #define GPO_PCOPY_MAX_THREADS 64
 #define GPO_PCOPY_DEFAULT_THREADS 8
+/* While this process's GPU has started (gpo_pcopy_gpu), the LAPACK call
+ * between a linearization and its way back runs on the GPU and the CPU
+ * library's threads are idle: the engine then uses up to this many
+ * (measured on the H200 machine: a 4096 x 4096 gather 40 ms with 8
+ * threads, 22 ms with 16; with the CPU library computing between the
+ * copies, 16 lost to 8 in np.linalg.solve: its threads spin after each
+ * call and take the cores). GPU_OFFLOAD_COPY_THREADS fixes both counts. */
+#define GPO_PCOPY_GPU_THREADS 16
 /* How long a worker spins (with a pause instruction) for the next job
  * before it sleeps on a futex: calls of one linearization come some
  * 10-50 us apart; between matrices the workers sleep. */
@@ -53,6 +61,14 @@ int gpo_pcopy(int64_t n, const void *x, int64_t incx, void *y, int64_t incy,
  * pcunit.c, linked with pcopy.c) lowers it to keep its buffers small.
  * Nothing else changes it. */
 extern int64_t gpo_pcopy_min_n;
+
+/* The policy says when this process's GPU starts (1) and stops (0);
+ * the next job uses the count for that state. Lock-free, cheap. */
+void gpo_pcopy_gpu(int on);
+
+/* The CPUs the defaults are computed from; 0 (the default): the
+ * process's affinity mask. Only the engine's unit test sets it. */
+extern int gpo_pcopy_cpus;
 
 /* The engine's thread count, the caller included (0: off), reading the
  * configuration if it was not yet read; for tests and the benchmark. */

@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -122,6 +123,32 @@ static void *thr(void *arg)
 	return NULL;
 }
 
+/* The engine's workers in this process (named gpo-copy). */
+static int tasks(void)
+{
+	DIR *d = opendir("/proc/self/task");
+	struct dirent *e;
+	int n = 0;
+
+	if (!d)
+		return -1;
+	while ((e = readdir(d))) {
+		char path[300], comm[32] = "";
+		FILE *f;
+		if (e->d_name[0] == '.')
+			continue;
+		snprintf(path, sizeof path, "/proc/self/task/%s/comm", e->d_name);
+		if ((f = fopen(path, "r"))) {
+			if (!fgets(comm, sizeof comm, f))
+				comm[0] = 0;
+			fclose(f);
+		}
+		n += strncmp(comm, "gpo-copy", 8) == 0;
+	}
+	closedir(d);
+	return n;
+}
+
 int main(void)
 {
 	pthread_t th[4];
@@ -131,9 +158,26 @@ int main(void)
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	/* the sizes here are around 1024: the engine's paths are the same */
 	gpo_pcopy_min_n = 1024;
+	/* As if on a machine of 32 CPUs: the defaults are then 8 threads,
+	 * and 16 while the GPU has started (GPO_PCOPY_GPU_THREADS). */
+	gpo_pcopy_cpus = 32;
 	printf("pcunit: engine threads %d\n", gpo_pcopy_threads());
 	sweep(1, &took, &declined);
 	CHECK(took > 0 || gpo_pcopy_threads() == 0, "nothing taken");
+	if (!getenv("GPU_OFFLOAD_COPY_THREADS")) {
+		CHECK(tasks() == GPO_PCOPY_DEFAULT_THREADS - 1, "%d workers, "
+		      "want %d", tasks(), GPO_PCOPY_DEFAULT_THREADS - 1);
+		gpo_pcopy_gpu(1);
+		sweep(1, &took, &declined);
+		CHECK(tasks() == GPO_PCOPY_GPU_THREADS - 1, "GPU started: %d "
+		      "workers, want %d", tasks(), GPO_PCOPY_GPU_THREADS - 1);
+		/* given back: the workers beyond 8 stay, idle; every byte
+		 * still right (their slices are not theirs any more) */
+		gpo_pcopy_gpu(0);
+		sweep(1, &took, &declined);
+		CHECK(tasks() == GPO_PCOPY_GPU_THREADS - 1, "GPU stopped: %d "
+		      "workers", tasks());
+	}
 	for (int i = 0; i < 4; i++)
 		if (pthread_create(&th[i], NULL, thr, NULL))
 			return 2;
