@@ -541,6 +541,18 @@ int main(void)
 	shapes("reg", 4096);
 	stop("reg");
 	prefaults();
+	{       /* GPU_OFFLOAD_CUDA_PREFAULT=0 (the defaults' start reads it) */
+		struct gpc_xfault_stats fs;
+		setenv("GPU_OFFLOAD_CUDA_PREFAULT", "0", 1);
+		CHECK(gpc_xfer_start() == 0, "start without prefault");
+		gpc_xfault_stats(&fs);
+		CHECK(fs.workers == 0, "GPU_OFFLOAD_CUDA_PREFAULT=0: %d workers",
+		      fs.workers);
+		gpc_xfer_stop();
+		unsetenv("GPU_OFFLOAD_CUDA_PREFAULT");
+		CHECK(ntasks() == base_tasks, "no prefault: %d threads after stop",
+		      ntasks());
+	}
 	if (!get) {     /* a real GPU: the defaults too */
 		start("default", 0, 0, 0, 0, 0);
 		shapes("default", 16u << 20);
