@@ -105,6 +105,7 @@ $(B)/tests/%-san: tests/lease/%.c $(B)/liblease-san.a $(LEASE_HDR) tests/lease/t
 -include src/offload/cuda/module.mk
 -include bench/offload/module.mk
 -include tests/offload/cuda/xfer.mk
+-include tests/offload/cuda/small.mk
 
 sanitizer-tests: $(SAN_BINS)
 

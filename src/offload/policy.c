@@ -23,6 +23,10 @@
  *                              this process has not used it for this
  *                              long (default 1000): the figure includes
  *                              our own work
+ *   GPU_OFFLOAD_MEM_MS         the backend's free memory is read again
+ *                              after this long (default 10; 0: every
+ *                              call), or for a call that needs more than
+ *                              half the room the last reading showed
  *
  * Locking: one mutex (gpo__lock) over the model, the GPU state and the
  * lease; the trace writer has its own (trace.c), taken after the first
@@ -64,7 +68,9 @@ static pthread_mutex_t gpo__lock = PTHREAD_MUTEX_INITIALIZER;
 static struct {
 	int inited;
 	int force, level, summary;
-	int64_t watch_ns, yield_ns, idle_ns;
+	int64_t watch_ns, yield_ns, idle_ns, mem_ns;
+	int64_t mem_at;        /* when mem_free/mem_total were read (0: not) */
+	uint64_t mem_free, mem_total;
 	int nvml_off;          /* GPU_OFFLOAD_NVML=0, or NVML unusable */
 	int64_t nvml_at;       /* when `nvml` was read (0: never) */
 	int nvml_rc;           /* its gpo_nvml_read result */
@@ -184,6 +190,7 @@ static void gpo__init(void)
 	gpo__p.watch_ns = gpo__env_ms("GPU_OFFLOAD_WATCH_MS", 250);
 	gpo__p.yield_ns = gpo__env_ms("GPU_OFFLOAD_YIELD_MS", 1000);
 	gpo__p.idle_ns = gpo__env_ms("GPU_OFFLOAD_IDLE_MS", 1000);
+	gpo__p.mem_ns = gpo__env_ms("GPU_OFFLOAD_MEM_MS", 10);
 	s = getenv("GPU_OFFLOAD_NVML");
 	gpo__p.nvml_off = s && strcmp(s, "0") == 0;
 	if (gpo__p.watch_ns <= 0)
@@ -238,6 +245,7 @@ static void gpo__give_back(int64_t now)
 	gpo_gpu_stop();
 	gpo_olease_release(now);
 	gpo__p.started = 0;
+	gpo__p.mem_at = 0;
 	gpo__p.draining = 0;
 	gpo_model_reset_savings(&gpo__p.model);
 }
@@ -445,15 +453,33 @@ static int gpo__start(const struct gpo_call *c, int forced)
 	return 0;
 }
 
-/* Under gpo__lock: room on the device for `c` beyond the level's reserve? */
+/*
+ * Under gpo__lock: room on the device for `c` beyond the level's reserve?
+ * The backend's reading (cuMemGetInfo: a driver call, microseconds, more
+ * than a small call's own work) is reused for GPU_OFFLOAD_MEM_MS by calls
+ * that need at most half the room it showed beyond the reserve: another
+ * program's allocations are seen within that time, and a call that could
+ * come near the reserve always reads. A call the stale reading lets
+ * through whose allocation then fails still falls back to the CPU.
+ */
 static int gpo__memory_ok(const struct gpo_call *c)
 {
-	uint64_t fr, total;
+	double need = gpo__need(c), reserve, room;
+	int64_t now = gpo__mono();
 
-	if (gpo_gpu_memory(&fr, &total) != 0)
+	reserve = gpo_level_get(gpo__p.level)->reserve;
+	if (gpo__p.mem_at && now >= gpo__p.mem_at &&
+	    now - gpo__p.mem_at < gpo__p.mem_ns) {
+		room = (double)gpo__p.mem_free - reserve * (double)gpo__p.mem_total;
+		if (need <= room / 2)
+			return 1;
+	}
+	if (gpo_gpu_memory(&gpo__p.mem_free, &gpo__p.mem_total) != 0) {
+		gpo__p.mem_at = 0;
 		return 1; /* unknown: the allocation's failure still falls back */
-	return (double)fr >= gpo__need(c) +
-		gpo_level_get(gpo__p.level)->reserve * (double)total;
+	}
+	gpo__p.mem_at = now;
+	return (double)gpo__p.mem_free >= need + reserve * (double)gpo__p.mem_total;
 }
 
 int gpo_policy_decide(const struct gpo_call *c, struct gpo_decision *d)

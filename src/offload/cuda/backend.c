@@ -14,6 +14,12 @@
  * A failing start() says why through the table's name, which the
  * frontend's decline line includes ("the GPU backend CUDA (no cuBLAS ...)
  * did not start"), so that ABI 2 stays as it is.
+ *
+ * Small operands (xsmall.h) live in one device arena with a pinned image:
+ * alloc, to_device, to_host and release of those make no driver call and
+ * push no context, and run() moves them in one copy each way and waits
+ * once, LAPACK's info included. Larger ones go through the pool (pool.c)
+ * and the copy engine (xfer.h).
  */
 #define _GNU_SOURCE
 #include "compat.h"
@@ -23,6 +29,7 @@
 
 #include "gpc.h"
 #include "xfer.h"
+#include "xsmall.h"
 
 struct gpc_state gpc_st;
 static int gpc__started;
@@ -50,9 +57,9 @@ static void gpc__why(const char *why)
 static void gpc__teardown(void)
 {
 	gpc_xfer_stop();
+	gpc_small_stop();
+	gpc_ws_forget();
 	gpc_pool_release_all();
-	if (gpc_st.dinfo)
-		(void)gpc_cu.MemFree(gpc_st.dinfo);
 	if (gpc_st.params)
 		(void)gpc_bl.DnDestroyParams(gpc_st.params);
 	if (gpc_st.solver)
@@ -86,7 +93,6 @@ static int gpc__start(void)
 	static char buf[256];
 	const char *why = NULL;
 	gpc_stream stream = NULL;
-	gpc_dptr dinfo = 0;
 	gpc_cublas blas = NULL;
 	gpc_cusolver solver = NULL;
 	gpc_csparams params = NULL;
@@ -129,9 +135,10 @@ static int gpc__start(void)
 		      "cuStreamCreate"))
 		goto fail;
 	gpc_st.stream = stream;
-	if (gpc__step(gpc_cu.MemAlloc(&dinfo, 64), "cuMemAlloc"))
+	if (gpc_small_start() != 0) {
+		gpc__why("cannot allocate the small-call arena (1 MiB of device and pinned memory)");
 		goto fail;
-	gpc_st.dinfo = dinfo;
+	}
 	if (gpc__step(gpc_bl.Create(&blas), "cublasCreate"))
 		goto fail;
 	gpc_st.blas = blas;
@@ -206,7 +213,9 @@ static int gpc_alloc(void **dev, uint64_t bytes)
 	int e = errno, rc = -1;
 	gpc_dptr p = 0;
 
-	if (gpc__started && gpc__push() == 0) {
+	if (gpc__started && gpc_small_alloc(&p, bytes)) {
+		rc = 0;
+	} else if (gpc__started && gpc__push() == 0) {
 		rc = gpc_pool_alloc(&p, bytes);
 		gpc__pop();
 	}
@@ -219,7 +228,9 @@ static void gpc_release(void *dev)
 {
 	int e = errno;
 
-	if (gpc__started && dev && gpc__push() == 0) {
+	if (gpc__started && gpc_small_owns((gpc_dptr)(uintptr_t)dev, 0) > 0) {
+		gpc_small_release((gpc_dptr)(uintptr_t)dev);
+	} else if (gpc__started && dev && gpc__push() == 0) {
 		gpc_pool_free((gpc_dptr)(uintptr_t)dev);
 		gpc__pop();
 	}
@@ -230,8 +241,17 @@ static int gpc_to_device(void *dev, uint64_t dpitch, const void *host,
 			 uint64_t spitch, uint64_t width, uint64_t rows)
 {
 	int e = errno, rc = -1;
+	uint64_t span = rows ? (rows - 1) * dpitch + width : 0;
 
-	if (gpc__started && gpc__push() == 0) {
+	int own = gpc__started ? gpc_small_owns((gpc_dptr)(uintptr_t)dev, span) : 0;
+
+	if (own < 0) {
+		rc = -1;
+	} else if (own) {
+		gpc_small_h2d((gpc_dptr)(uintptr_t)dev, dpitch, host, spitch,
+			      width, rows);
+		rc = 0;
+	} else if (gpc__started && gpc__push() == 0) {
 		rc = gpc_h2d((gpc_dptr)(uintptr_t)dev, dpitch, host, spitch,
 			     width, rows);
 		gpc__pop();
@@ -245,8 +265,16 @@ static int gpc_to_host(void *host, uint64_t dpitch, const void *dev,
 		       unsigned flags)
 {
 	int e = errno, rc = -1;
+	uint64_t span = rows ? (rows - 1) * spitch + width : 0;
 
-	if (gpc__started && gpc__push() == 0) {
+	int own = gpc__started ? gpc_small_owns((gpc_dptr)(uintptr_t)dev, span) : 0;
+
+	if (own < 0) {
+		rc = -1;
+	} else if (own) {
+		rc = gpc_small_d2h(host, dpitch, (gpc_dptr)(uintptr_t)dev,
+				   spitch, width, rows, flags);
+	} else if (gpc__started && gpc__push() == 0) {
 		rc = gpc_d2h(host, dpitch, (gpc_dptr)(uintptr_t)dev, spitch,
 			     width, rows, flags);
 		gpc__pop();
@@ -264,6 +292,7 @@ static void gpc_commit_all(void)
 	 * copy engine with pinned staging would like current). */
 	int pushed = gpc__started && gpc__push() == 0;
 
+	gpc_small_commit();
 	gpc_commit();
 	if (pushed)
 		gpc__pop();
@@ -276,6 +305,7 @@ static void gpc_discard_all(void)
 
 	int pushed = gpc__started && gpc__push() == 0;
 
+	gpc_small_discard();
 	gpc_discard();
 	if (pushed)
 		gpc__pop();
@@ -300,13 +330,20 @@ static int gpc_run(struct gpo_kernel *k)
 	if (k->size < sizeof *k)
 		return -1;
 	if (gpc__started && gpc__push() == 0) {
+		int info = 0;
 		k->info = 0;
-		if (k->op >= GPO_OP_GETRF)
-			rc = gpc_run_lapack(k);
-		else
-			rc = gpc_run_blas(k);
-		if (rc == 0 && gpc_sync() != 0)
+		rc = gpc_small_begin(gpc_st.stream);
+		if (rc == 0)
+			rc = k->op >= GPO_OP_GETRF ? gpc_run_lapack(k) :
+			     gpc_run_blas(k);
+		/* One wait for everything the run queued: the arena's
+		 * operands back into the image, and the info slots. */
+		if (gpc_small_end(gpc_st.stream, rc != 0, &info) != 0 && rc == 0)
 			rc = -1;
+		/* An info the run found itself (gels's zero diagonal of R)
+		 * stands; else cuSOLVER's first nonzero one. */
+		if (rc == 0 && !k->info)
+			k->info = info;
 		gpc__pop();
 	}
 	errno = e;

@@ -23,7 +23,6 @@ struct gpc_state {
 	gpc_cublas blas;
 	gpc_cusolver solver;
 	gpc_csparams params;
-	gpc_dptr dinfo;         /* a device int for cuSOLVER's info */
 };
 extern struct gpc_state gpc_st;
 
@@ -62,6 +61,9 @@ char gpc_P(char prec);
 /* The cuBLAS operation for an option letter (N, T, C) in this precision:
  * C is T for real ones. */
 int gpc_op(char c, char prec);
+/* lapack.c: drop the workspace kept between calls (stop, before the
+ * pool's buffers are freed). */
+void gpc_ws_forget(void);
 /* A device scratch of `bytes` (>= 1) from the pool, or 0. */
 gpc_dptr gpc_scratch(uint64_t bytes);
 /* Conjugate-transpose (transpose, for real) src (rows x cols, lds) into

@@ -15,11 +15,21 @@
  * ormqr/unmqr, which exists only in the legacy API: dimensions beyond
  * 2^31-1 there are UNSUPPORTED.
  *
- * info: cuSOLVER's device info is copied back into k->info: LAPACK's
+ * info: each cuSOLVER call of a run writes its own device slot
+ * (gpc_small_info, xsmall.h), read back with the results after the run's
+ * one wait (backend.c), the first nonzero one becoming k->info: LAPACK's
  * meaning for every operation used (a zero pivot, a minor not positive
  * definite, not converged); a negative one (an argument cuSOLVER refused)
- * fails the call, which then runs on the CPU. Workspaces come from the
- * pool.
+ * fails the call, which then runs on the CPU. So a run does not stop
+ * between its steps to look at an info: gesv's getrs (posv's potrs) runs
+ * after a singular factorisation too, harmlessly (its result is not used:
+ * a nonzero info reruns the call on the CPU).
+ *
+ * Workspaces: the size cuSOLVER asks for is remembered per function and
+ * shape (the query is made once per shape); a workspace of at most
+ * GPC__WS_KEEP bytes is kept between calls and grows when a call needs
+ * more; a larger one comes from the pool for the call and goes back after
+ * a wait (so that the pool's bound and idle release apply to it).
  *
  * UNSUPPORTED (the CPU library runs the call, exactly): any zero
  * dimension (LAPACK's quick returns); gels with m < n (an underdetermined
@@ -36,6 +46,7 @@
 
 #include "gpc.h"
 #include "xfer.h"
+#include "xsmall.h"
 
 #define GPC__NOTFOUND ((void *)1)
 #define DP(i) ((gpc_dptr)(uintptr_t)k->buf[i])
@@ -60,10 +71,15 @@ static void *gpc__psym(void *cache[4], char prec, const char *base,
 		       const char *suffix)
 {
 	char name[64];
+	void **c = &cache[gpc__pi(prec)];
 
+	/* The name only when it is not looked up yet: formatting it cost
+	 * more than the rest of a small call's host work. */
+	if (*c)
+		return *c == GPC__NOTFOUND ? NULL : *c;
 	snprintf(name, sizeof name, "cusolverDn%c%s%s", gpc_P(prec), base,
 		 suffix);
-	return gpc__sym(&cache[gpc__pi(prec)], name);
+	return gpc__sym(c, name);
 }
 
 static int gpc__fits(int64_t v)
@@ -76,42 +92,106 @@ static int gpc__ok(int st)
 	return st == GPC_BLAS_OK ? 0 : -1;
 }
 
-/* Wait for the compute stream, read cuSOLVER's info into k->info.
- * 0, or -1 (a failed copy, or a negative info: a refused argument). */
-static int gpc__info(struct gpo_kernel *k)
-{
-	int v = 0;
-
-	if (gpc_sync() != 0 ||
-	    gpc_d2h(&v, sizeof v, gpc_st.dinfo, sizeof v, sizeof v, 1, 0) != 0)
-		return -1;
-	if (v < 0)
-		return -1;
-	k->info = v;
-	return 0;
-}
-
-/* A generic-API workspace: device bytes from the pool, host bytes from
- * malloc (most functions want none). */
+/* A generic-API workspace: device bytes, host bytes (most functions want
+ * none). kept: the kept one (below), else the call's own. */
 struct gpc__ws {
 	gpc_dptr dev;
 	void *host;
 	size_t dbytes, hbytes;
+	int kept;
 };
+
+#define GPC__WS_KEEP ((size_t)4 << 20)
+
+/* The workspace kept between calls (from the pool, held; freed at stop:
+ * gpc_ws_forget). */
+static struct {
+	gpc_dptr dev;
+	size_t cap;
+	void *host;
+	size_t hcap;
+} gpc__wk;
+
+void gpc_ws_forget(void)
+{
+	if (gpc__wk.dev)
+		gpc_pool_free(gpc__wk.dev);
+	free(gpc__wk.host);
+	memset(&gpc__wk, 0, sizeof gpc__wk);
+}
 
 static int gpc__ws_get(struct gpc__ws *w)
 {
-	w->dev = gpc_scratch(w->dbytes);
-	w->host = w->hbytes ? malloc(w->hbytes) : NULL;
-	return w->dev && (!w->hbytes || w->host) ? 0 : -1;
+	if (w->dbytes > GPC__WS_KEEP || w->hbytes > GPC__WS_KEEP) {
+		w->dev = gpc_scratch(w->dbytes);
+		w->host = w->hbytes ? malloc(w->hbytes) : NULL;
+		return w->dev && (!w->hbytes || w->host) ? 0 : -1;
+	}
+	w->kept = 1;
+	if (gpc__wk.cap < w->dbytes || !gpc__wk.dev) {
+		/* Grow: the old one may still be read by queued work, which
+		 * the wait lets finish. */
+		if (gpc__wk.dev) {
+			if (gpc_sync() != 0)
+				return -1;
+			gpc_pool_free(gpc__wk.dev);
+		}
+		gpc__wk.cap = 0;
+		if (!(gpc__wk.dev = gpc_scratch(w->dbytes)))
+			return -1;
+		gpc__wk.cap = w->dbytes ? w->dbytes : 1;
+	}
+	if (gpc__wk.hcap < w->hbytes) {
+		void *h;
+		if (gpc_sync() != 0 || !(h = malloc(w->hbytes)))
+			return -1;
+		free(gpc__wk.host);
+		gpc__wk.host = h;
+		gpc__wk.hcap = w->hbytes;
+	}
+	w->dev = gpc__wk.dev;
+	w->host = w->hbytes ? gpc__wk.host : NULL;
+	return 0;
 }
 
 static void gpc__ws_put(struct gpc__ws *w)
 {
-	if (w->dev)
-		gpc_pool_free(w->dev);
-	free(w->host);
+	if (!w->kept && (w->dev || w->host)) {
+		/* The call's own: back after the work that uses it. */
+		(void)gpc_sync();
+		if (w->dev)
+			gpc_pool_free(w->dev);
+		free(w->host);
+	}
 	memset(w, 0, sizeof *w);
+}
+
+/* The sizes a workspace query answered, for one function: the query is
+ * made again only for another shape (key: every argument it takes but
+ * the handle and the pointers). */
+struct gpc__q {
+	int have;
+	int64_t key[8];
+	size_t dbytes, hbytes;
+};
+
+static int gpc__q_hit(const struct gpc__q *q, const int64_t key[8],
+		      struct gpc__ws *w)
+{
+	if (!q->have || memcmp(q->key, key, sizeof q->key) != 0)
+		return 0;
+	w->dbytes = q->dbytes;
+	w->hbytes = q->hbytes;
+	return 1;
+}
+
+static void gpc__q_put(struct gpc__q *q, const int64_t key[8],
+		       const struct gpc__ws *w)
+{
+	memcpy(q->key, key, sizeof q->key);
+	q->dbytes = w->dbytes;
+	q->hbytes = w->hbytes;
+	q->have = 1;
 }
 
 #define WS(w) (void *)(uintptr_t)(w).dev, (w).dbytes, (w).host, (w).hbytes
@@ -124,40 +204,47 @@ static int gpc__getrf(struct gpo_kernel *k, int64_t m, int64_t n, gpc_dptr a,
 		      int64_t lda, gpc_dptr ipiv)
 {
 	static void *c_xbs, *c_x, *c_bs[4], *c_f[4];
+	static struct gpc__q q_x, q_l;
 	int dt = gpc_dtype(k->prec, 0), rc = -1;
 	struct gpc__ws w = { 0 };
+	const int64_t key[8] = { m, n, lda, dt };
 
 	if (k->int64) {
 		gpc_xgetrf_bs bs = (gpc_xgetrf_bs)gpc__sym(&c_xbs, "cusolverDnXgetrf_bufferSize");
 		gpc_xgetrf f = (gpc_xgetrf)gpc__sym(&c_x, "cusolverDnXgetrf");
 		if (!bs || !f)
 			return GPO_BE_UNSUPPORTED;
-		if (bs(gpc_st.solver, gpc_st.params, m, n, dt,
-		       (const void *)(uintptr_t)a, lda, dt, &w.dbytes,
-		       &w.hbytes) == 0 && gpc__ws_get(&w) == 0)
+		if (!gpc__q_hit(&q_x, key, &w)) {
+			if (bs(gpc_st.solver, gpc_st.params, m, n, dt,
+			       (const void *)(uintptr_t)a, lda, dt, &w.dbytes,
+			       &w.hbytes) != 0)
+				return -1;
+			gpc__q_put(&q_x, key, &w);
+		}
+		if (gpc__ws_get(&w) == 0)
 			rc = gpc__ok(f(gpc_st.solver, gpc_st.params, m, n, dt,
 				       (void *)(uintptr_t)a, lda,
 				       (int64_t *)(uintptr_t)ipiv, dt, WS(w),
-				       (int *)(uintptr_t)gpc_st.dinfo));
+				       gpc_small_info()));
 	} else {
 		gpc_getrf_bs bs = (gpc_getrf_bs)gpc__psym(c_bs, k->prec, "getrf", "_bufferSize");
 		gpc_getrf32 f = (gpc_getrf32)gpc__psym(c_f, k->prec, "getrf", "");
 		int lw = 0;
 		if (!bs || !f || !gpc__fits(m) || !gpc__fits(n) || !gpc__fits(lda))
 			return GPO_BE_UNSUPPORTED;
-		if (bs(gpc_st.solver, (int)m, (int)n, (void *)(uintptr_t)a,
-		       (int)lda, &lw) == 0 && lw >= 0) {
+		if (!gpc__q_hit(&q_l, key, &w)) {
+			if (bs(gpc_st.solver, (int)m, (int)n, (void *)(uintptr_t)a,
+			       (int)lda, &lw) != 0 || lw < 0)
+				return -1;
 			w.dbytes = (size_t)lw * gpc_esize(k->prec, 0);
-			if (gpc__ws_get(&w) == 0)
-				rc = gpc__ok(f(gpc_st.solver, (int)m, (int)n,
-					       (void *)(uintptr_t)a, (int)lda,
-					       (void *)(uintptr_t)w.dev,
-					       (int *)(uintptr_t)ipiv,
-					       (int *)(uintptr_t)gpc_st.dinfo));
+			gpc__q_put(&q_l, key, &w);
 		}
+		if (gpc__ws_get(&w) == 0)
+			rc = gpc__ok(f(gpc_st.solver, (int)m, (int)n,
+				       (void *)(uintptr_t)a, (int)lda,
+				       (void *)(uintptr_t)w.dev,
+				       (int *)(uintptr_t)ipiv, gpc_small_info()));
 	}
-	if (rc == 0)
-		rc = gpc__info(k);
 	gpc__ws_put(&w);
 	return rc;
 }
@@ -177,7 +264,7 @@ static int gpc__getrs(struct gpo_kernel *k, char trans, int64_t n,
 			       (const void *)(uintptr_t)a, lda,
 			       (const int64_t *)(uintptr_t)ipiv, dt,
 			       (void *)(uintptr_t)b, ldb,
-			       (int *)(uintptr_t)gpc_st.dinfo));
+			       gpc_small_info()));
 	} else {
 		gpc_getrs32 f = (gpc_getrs32)gpc__psym(c_f, k->prec, "getrs", "");
 		if (!f || !gpc__fits(n) || !gpc__fits(nrhs) || !gpc__fits(lda) ||
@@ -187,9 +274,9 @@ static int gpc__getrs(struct gpo_kernel *k, char trans, int64_t n,
 			       (const void *)(uintptr_t)a, (int)lda,
 			       (const int *)(uintptr_t)ipiv,
 			       (void *)(uintptr_t)b, (int)ldb,
-			       (int *)(uintptr_t)gpc_st.dinfo));
+			       gpc_small_info()));
 	}
-	return rc == 0 ? gpc__info(k) : rc;
+	return rc;
 }
 
 /* ---- Cholesky ------------------------------------------------------------ */
@@ -202,17 +289,22 @@ static int gpc__potrf(struct gpo_kernel *k, char uplo, int64_t n, gpc_dptr a,
 	gpc_xpotrf f = (gpc_xpotrf)gpc__sym(&c_f, "cusolverDnXpotrf");
 	int dt = gpc_dtype(k->prec, 0), rc = -1;
 	struct gpc__ws w = { 0 };
+	static struct gpc__q q;
+	const int64_t key[8] = { n, lda, dt, gpc__fill(uplo) };
 
 	if (!bs || !f)
 		return GPO_BE_UNSUPPORTED;
-	if (bs(gpc_st.solver, gpc_st.params, gpc__fill(uplo), n, dt,
-	       (const void *)(uintptr_t)a, lda, dt, &w.dbytes, &w.hbytes) == 0 &&
-	    gpc__ws_get(&w) == 0)
+	if (!gpc__q_hit(&q, key, &w)) {
+		if (bs(gpc_st.solver, gpc_st.params, gpc__fill(uplo), n, dt,
+		       (const void *)(uintptr_t)a, lda, dt, &w.dbytes,
+		       &w.hbytes) != 0)
+			return -1;
+		gpc__q_put(&q, key, &w);
+	}
+	if (gpc__ws_get(&w) == 0)
 		rc = gpc__ok(f(gpc_st.solver, gpc_st.params, gpc__fill(uplo), n,
 			       dt, (void *)(uintptr_t)a, lda, dt, WS(w),
-			       (int *)(uintptr_t)gpc_st.dinfo));
-	if (rc == 0)
-		rc = gpc__info(k);
+			       gpc_small_info()));
 	gpc__ws_put(&w);
 	return rc;
 }
@@ -229,8 +321,8 @@ static int gpc__potrs(struct gpo_kernel *k, char uplo, int64_t n,
 		return GPO_BE_UNSUPPORTED;
 	rc = gpc__ok(f(gpc_st.solver, gpc_st.params, gpc__fill(uplo), n, nrhs,
 		       dt, (const void *)(uintptr_t)a, lda, dt,
-		       (void *)(uintptr_t)b, ldb, (int *)(uintptr_t)gpc_st.dinfo));
-	return rc == 0 ? gpc__info(k) : rc;
+		       (void *)(uintptr_t)b, ldb, gpc_small_info()));
+	return rc;
 }
 
 /* ---- Symmetric / Hermitian eigenproblem ----------------------------------- */
@@ -243,18 +335,23 @@ static int gpc__syevd(struct gpo_kernel *k)
 	int dt = gpc_dtype(k->prec, 0), dw = gpc_dtype(k->prec, 1), rc = -1;
 	int jobz = k->opt[0] == 'V' ? GPC_EIG_VECTOR : GPC_EIG_NOVECTOR;
 	struct gpc__ws w = { 0 };
+	static struct gpc__q q;
+	const int64_t key[8] = { k->n, k->ld[0], dt, dw, jobz, gpc__fill(k->opt[1]) };
 
 	if (!bs || !f)
 		return GPO_BE_UNSUPPORTED;
-	if (bs(gpc_st.solver, gpc_st.params, jobz, gpc__fill(k->opt[1]), k->n,
-	       dt, k->buf[0], k->ld[0], dw, k->buf[1], dt, &w.dbytes,
-	       &w.hbytes) == 0 && gpc__ws_get(&w) == 0)
+	if (!gpc__q_hit(&q, key, &w)) {
+		if (bs(gpc_st.solver, gpc_st.params, jobz, gpc__fill(k->opt[1]),
+		       k->n, dt, k->buf[0], k->ld[0], dw, k->buf[1], dt,
+		       &w.dbytes, &w.hbytes) != 0)
+			return -1;
+		gpc__q_put(&q, key, &w);
+	}
+	if (gpc__ws_get(&w) == 0)
 		rc = gpc__ok(f(gpc_st.solver, gpc_st.params, jobz,
 			       gpc__fill(k->opt[1]), k->n, dt, k->buf[0],
 			       k->ld[0], dw, k->buf[1], dt, WS(w),
-			       (int *)(uintptr_t)gpc_st.dinfo));
-	if (rc == 0)
-		rc = gpc__info(k);
+			       gpc_small_info()));
 	gpc__ws_put(&w);
 	return rc;
 }
@@ -276,15 +373,21 @@ static int gpc__xgesvd(struct gpo_kernel *k, char ju, char jv, int64_t m,
 
 	if (!bs || !f)
 		return GPO_BE_UNSUPPORTED;
-	if (bs(gpc_st.solver, gpc_st.params, (signed char)ju, (signed char)jv,
-	       m, n, dt, A, lda, dr, S, dt, U, ldu, dt, VT, ldvt, dt,
-	       &w.dbytes, &w.hbytes) == 0 && gpc__ws_get(&w) == 0)
+	static struct gpc__q q;
+	const int64_t key[8] = { m, n, lda, ldu, ldvt, dt, ju, jv };
+
+	if (!gpc__q_hit(&q, key, &w)) {
+		if (bs(gpc_st.solver, gpc_st.params, (signed char)ju,
+		       (signed char)jv, m, n, dt, A, lda, dr, S, dt, U, ldu, dt,
+		       VT, ldvt, dt, &w.dbytes, &w.hbytes) != 0)
+			return -1;
+		gpc__q_put(&q, key, &w);
+	}
+	if (gpc__ws_get(&w) == 0)
 		rc = gpc__ok(f(gpc_st.solver, gpc_st.params, (signed char)ju,
 			       (signed char)jv, m, n, dt, A, lda, dr, S, dt, U,
 			       ldu, dt, VT, ldvt, dt, WS(w),
-			       (int *)(uintptr_t)gpc_st.dinfo));
-	if (rc == 0)
-		rc = gpc__info(k);
+			       gpc_small_info()));
 	gpc__ws_put(&w);
 	return rc;
 }
@@ -326,6 +429,8 @@ static int gpc__gesvd(struct gpo_kernel *k, int dd)
 	if (ju != 'N')
 		rc = gpc_transpose(k->prec, m, m, vt2, m, DP(2), k->ld[2]);
 out:
+	/* The transposes may still read or write them. */
+	(void)gpc_sync();
 	if (at)
 		gpc_pool_free(at);
 	if (u2)
@@ -349,12 +454,18 @@ static int gpc__geqrf(struct gpo_kernel *k, int64_t m, int64_t n, gpc_dptr a,
 
 	if (!bs || !f)
 		return GPO_BE_UNSUPPORTED;
-	if (bs(gpc_st.solver, gpc_st.params, m, n, dt, A, lda, dt, T, dt,
-	       &w.dbytes, &w.hbytes) == 0 && gpc__ws_get(&w) == 0)
+	static struct gpc__q q;
+	const int64_t key[8] = { m, n, lda, dt };
+
+	if (!gpc__q_hit(&q, key, &w)) {
+		if (bs(gpc_st.solver, gpc_st.params, m, n, dt, A, lda, dt, T,
+		       dt, &w.dbytes, &w.hbytes) != 0)
+			return -1;
+		gpc__q_put(&q, key, &w);
+	}
+	if (gpc__ws_get(&w) == 0)
 		rc = gpc__ok(f(gpc_st.solver, gpc_st.params, m, n, dt, A, lda,
-			       dt, T, dt, WS(w), (int *)(uintptr_t)gpc_st.dinfo));
-	if (rc == 0)
-		rc = gpc__info(k);
+			       dt, T, dt, WS(w), gpc_small_info()));
 	gpc__ws_put(&w);
 	return rc;
 }
@@ -384,9 +495,8 @@ static int gpc__ormqr(struct gpo_kernel *k, int trans, int64_t m, int64_t n,
 		return -1;
 	rc = gpc__ok(f(gpc_st.solver, GPC_SIDE_LEFT, trans, (int)m, (int)n,
 		       (int)kk, A, (int)lda, T, C, (int)ldc,
-		       (void *)(uintptr_t)ws, lw, (int *)(uintptr_t)gpc_st.dinfo));
-	if (rc == 0)
-		rc = gpc__info(k);
+		       (void *)(uintptr_t)ws, lw, gpc_small_info()));
+	(void)gpc_sync();       /* the work using ws, before it goes back */
 	gpc_pool_free(ws);
 	return rc;
 }
@@ -473,6 +583,7 @@ static int gpc__gels(struct gpo_kernel *k)
 					tau, DP(1), k->ld[1]);
 	}
 out:
+	(void)gpc_sync();
 	gpc_pool_free(tau);
 	return rc;
 }

@@ -18,12 +18,23 @@
  *                                   it returns an error
  *   fakedev_ctl("fail_hostalloc", 1) cuMemHostAlloc fails (0: works)
  *   fakedev_ctl("fail_register", 1)  cuMemHostRegister fails
+ *   FAKEDEV_FREE=bytes              cuMemGetInfo's free memory (of 16 GiB)
+ *   FAKEDEV_FAIL_EXEC=N             fail_exec N from the start
  *   fakedev_get(name)               "copies" performed, "bad", "device"
  *                                   / "pinned" / "registered" allocations
  *                                   live now, "hostallocs" made so far
+ *
+ * Counting (tests/offload/cuda/test_small_calls.py): every entry point
+ * counts its calls by name; fakedev_count(name) lets the stand-in cuBLAS
+ * and cuSOLVER (fakesolver.c) count theirs in the same table, and at exit
+ * the table is appended to the file FAKEDEV_COUNTS names, one "name N"
+ * line each. fakedev_flush(stream) performs what is queued on a stream
+ * without counting as a wait: the stand-in kernels run in stream order
+ * that way, computing on "device" memory (host memory here).
  */
 #define _GNU_SOURCE
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -82,6 +93,46 @@ static long fd_copies, fd_bad, fd_hostallocs;
 static struct stream fd_null;
 
 #define API __attribute__((visibility("default")))
+
+/* ---- Call counts ---------------------------------------------------------- */
+
+#define NCOUNT 96
+static struct { const char *name; long n; } fd_cnt[NCOUNT];
+
+API void fakedev_count(const char *name);
+API void fakedev_count(const char *name)
+{
+	for (int i = 0; i < NCOUNT; i++) {
+		if (!fd_cnt[i].name)
+			fd_cnt[i].name = name;
+		if (fd_cnt[i].name == name || !strcmp(fd_cnt[i].name, name)) {
+			fd_cnt[i].n++;
+			return;
+		}
+	}
+}
+
+#define CNT() fakedev_count(__func__)
+
+__attribute__((constructor)) static void fd_init(void)
+{
+	const char *v = getenv("FAKEDEV_FAIL_EXEC");
+
+	if (v && *v)
+		fd_fail_exec = strtol(v, NULL, 10);
+}
+
+__attribute__((destructor)) static void fd_dump(void)
+{
+	const char *path = getenv("FAKEDEV_COUNTS");
+	FILE *f;
+
+	if (!path || !(f = fopen(path, "a")))
+		return;
+	for (int i = 0; i < NCOUNT && fd_cnt[i].name; i++)
+		fprintf(f, "%s %ld\n", fd_cnt[i].name, fd_cnt[i].n);
+	fclose(f);
+}
 
 API void fakedev_ctl(const char *what, long v);
 API void fakedev_ctl(const char *what, long v)
@@ -157,18 +208,19 @@ static int fd_check(const char *p, size_t span, int device)
 	return device ? -1 : 0;
 }
 
-API CUresult cuInit(unsigned f) { (void)f; return 0; }
-API CUresult cuDriverGetVersion(int *v) { *v = 13000; return 0; }
-API CUresult cuDeviceGetCount(int *n) { *n = 1; return 0; }
-API CUresult cuDeviceGet(int *d, int o) { if (o) return E_INVALID; *d = 0; return 0; }
+API CUresult cuInit(unsigned f) { CNT(); (void)f; return 0; }
+API CUresult cuDriverGetVersion(int *v) { CNT(); *v = 13000; return 0; }
+API CUresult cuDeviceGetCount(int *n) { CNT(); *n = 1; return 0; }
+API CUresult cuDeviceGet(int *d, int o) { CNT(); if (o) return E_INVALID; *d = 0; return 0; }
 static int fd_ctx_obj;
-API CUresult cuDevicePrimaryCtxRetain(void **c, int d) { (void)d; *c = &fd_ctx_obj; return 0; }
-API CUresult cuDevicePrimaryCtxRelease_v2(int d) { (void)d; return 0; }
-API CUresult cuCtxPushCurrent_v2(void *c) { (void)c; return 0; }
-API CUresult cuCtxPopCurrent_v2(void **c) { if (c) *c = &fd_ctx_obj; return 0; }
+API CUresult cuDevicePrimaryCtxRetain(void **c, int d) { CNT(); (void)d; *c = &fd_ctx_obj; return 0; }
+API CUresult cuDevicePrimaryCtxRelease_v2(int d) { CNT(); (void)d; return 0; }
+API CUresult cuCtxPushCurrent_v2(void *c) { CNT(); (void)c; return 0; }
+API CUresult cuCtxPopCurrent_v2(void **c) { CNT(); if (c) *c = &fd_ctx_obj; return 0; }
 
 API CUresult cuMemAlloc_v2(CUdeviceptr *p, size_t n)
 {
+	CNT();
 	char *m = malloc(n ? n : 1);
 
 	if (!m)
@@ -184,6 +236,7 @@ API CUresult cuMemAlloc_v2(CUdeviceptr *p, size_t n)
 
 API CUresult cuMemFree_v2(CUdeviceptr p)
 {
+	CNT();
 	struct alloc *a = fd_find((void *)(uintptr_t)p, 1);
 
 	if (!a)
@@ -193,10 +246,20 @@ API CUresult cuMemFree_v2(CUdeviceptr p)
 	return 0;
 }
 
-API CUresult cuMemGetInfo_v2(size_t *f, size_t *t) { *f = 1ull << 34; *t = 1ull << 34; return 0; }
+/* 16 GiB, all free, or FAKEDEV_FREE bytes of it. */
+API CUresult cuMemGetInfo_v2(size_t *f, size_t *t)
+{
+	const char *v = getenv("FAKEDEV_FREE");
+
+	CNT();
+	*t = 1ull << 34;
+	*f = v && *v ? (size_t)strtoull(v, NULL, 10) : *t;
+	return 0;
+}
 
 API CUresult cuMemHostAlloc(void **p, size_t n, unsigned flags)
 {
+	CNT();
 	char *m;
 
 	(void)flags;
@@ -214,6 +277,7 @@ API CUresult cuMemHostAlloc(void **p, size_t n, unsigned flags)
 
 API CUresult cuMemFreeHost(void *p)
 {
+	CNT();
 	struct alloc *a = fd_find(p, 2);
 
 	if (!a)
@@ -225,6 +289,7 @@ API CUresult cuMemFreeHost(void *p)
 
 API CUresult cuMemHostRegister_v2(void *p, size_t n, unsigned flags)
 {
+	CNT();
 	(void)flags;
 	if (fd_fail_register)
 		return E_INVALID;
@@ -233,6 +298,7 @@ API CUresult cuMemHostRegister_v2(void *p, size_t n, unsigned flags)
 
 API CUresult cuMemHostUnregister(void *p)
 {
+	CNT();
 	struct alloc *a = fd_find(p, 3);
 
 	if (!a)
@@ -292,6 +358,20 @@ static CUresult fd_run(struct stream *s, size_t upto)
 	return rc;
 }
 
+/* The stand-in kernels' wait: what is queued on the stream is performed,
+ * without counting as a wait of the backend's (an error stays for the
+ * next real wait). */
+API void fakedev_flush(void *stream);
+API void fakedev_flush(void *stream)
+{
+	struct stream *s = fd_s(stream);
+	int err = s->err;
+
+	s->err = fd_run(s, s->n);
+	if (err)
+		s->err = err;
+}
+
 static CUresult fd_copy(void *stream, char *dst, int ddev, size_t dpitch,
 			const char *src, int sdev, size_t spitch, size_t w,
 			size_t h)
@@ -312,16 +392,19 @@ static CUresult fd_copy(void *stream, char *dst, int ddev, size_t dpitch,
 
 API CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr d, const void *h, size_t n, void *s)
 {
+	CNT();
 	return fd_copy(s, (char *)(uintptr_t)d, 1, n, h, 0, n, n, 1);
 }
 
 API CUresult cuMemcpyDtoHAsync_v2(void *h, CUdeviceptr d, size_t n, void *s)
 {
+	CNT();
 	return fd_copy(s, h, 0, n, (const char *)(uintptr_t)d, 1, n, n, 1);
 }
 
 API CUresult cuMemcpy2DAsync_v2(const struct m2d *c, void *s)
 {
+	CNT();
 	int sdev = c->srcMemoryType == 2, ddev = c->dstMemoryType == 2;
 	const char *src = sdev ? (const char *)(uintptr_t)c->srcDevice :
 				 (const char *)c->srcHost;
@@ -339,6 +422,7 @@ API CUresult cuMemcpy2DAsync_v2(const struct m2d *c, void *s)
 
 API CUresult cuMemsetD8Async(CUdeviceptr d, unsigned char v, size_t n, void *s)
 {
+	CNT();
 	struct op o = { (char *)(uintptr_t)d, NULL, 0, 0, n, 1, v };
 
 	if (fd_check(o.dst, n, 1)) {
@@ -362,6 +446,7 @@ API CUresult cuMemsetD2D8Async(CUdeviceptr d, size_t pitch, unsigned char v,
 
 API CUresult cuStreamCreate(void **s, unsigned f)
 {
+	CNT();
 	(void)f;
 	*s = calloc(1, sizeof(struct stream));
 	return *s ? 0 : E_OOM;
@@ -369,6 +454,7 @@ API CUresult cuStreamCreate(void **s, unsigned f)
 
 API CUresult cuStreamDestroy_v2(void *p)
 {
+	CNT();
 	struct stream *s = p;
 
 	(void)fd_run(s, s->n);
@@ -379,6 +465,7 @@ API CUresult cuStreamDestroy_v2(void *p)
 
 API CUresult cuStreamSynchronize(void *p)
 {
+	CNT();
 	struct stream *s = fd_s(p);
 
 	return fd_run(s, s->n);
@@ -386,15 +473,17 @@ API CUresult cuStreamSynchronize(void *p)
 
 API CUresult cuEventCreate(void **e, unsigned f)
 {
+	CNT();
 	(void)f;
 	*e = calloc(1, sizeof(struct event));
 	return *e ? 0 : E_OOM;
 }
 
-API CUresult cuEventDestroy_v2(void *e) { free(e); return 0; }
+API CUresult cuEventDestroy_v2(void *e) { CNT(); free(e); return 0; }
 
 API CUresult cuEventRecord(void *p, void *s)
 {
+	CNT();
 	struct event *e = p;
 
 	e->s = fd_s(s);
@@ -404,6 +493,7 @@ API CUresult cuEventRecord(void *p, void *s)
 
 API CUresult cuEventSynchronize(void *p)
 {
+	CNT();
 	struct event *e = p;
 
 	if (!e->s || e->upto <= e->s->base + e->s->head)
@@ -413,6 +503,7 @@ API CUresult cuEventSynchronize(void *p)
 
 API CUresult cuStreamWaitEvent(void *s, void *p, unsigned f)
 {
+	CNT();
 	(void)s;
 	(void)f;
 	return cuEventSynchronize(p);
@@ -420,6 +511,7 @@ API CUresult cuStreamWaitEvent(void *s, void *p, unsigned f)
 
 API CUresult cuGetErrorString(CUresult r, const char **str)
 {
+	CNT();
 	*str = r == E_UNKNOWN ? "CUDA_ERROR_UNKNOWN" : r == E_OOM ?
 	       "CUDA_ERROR_OUT_OF_MEMORY" : "CUDA_ERROR_INVALID_VALUE";
 	return 0;

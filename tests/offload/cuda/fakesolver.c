@@ -1,0 +1,345 @@
+/*
+ * fakesolver.c - stand-ins for libcublas.so.13 and libcusolver.so.12 that
+ * run on the fake driver (fakedev.c, whose "device memory" is host
+ * memory), for the tests that count what one small GPU call costs
+ * (test_small_calls.py). Built twice, once under each soname; it needs
+ * fakedev's libcuda.so.1 (DT_NEEDED), whose call table counts these
+ * functions too (fakedev_count) and whose queued copies a kernel performs
+ * first (fakedev_flush), so that kernels run in stream order.
+ *
+ * Computed for real, in double precision: gemm (N/T), getrf (partial
+ * pivoting, LAPACK's pivot rule) and getrs ('N') in both the 32-bit and
+ * the 64-bit API, potrf/potrs (lower and upper). syevd only counts: it
+ * writes the diagonal as the eigenvalues and info 0 (its results are not
+ * checked). Anything else a backend might look up is absent, as in an
+ * old library: the backend then says UNSUPPORTED and the CPU runs it.
+ */
+#define _GNU_SOURCE
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define API __attribute__((visibility("default")))
+
+void fakedev_count(const char *name);
+void fakedev_flush(void *stream);
+
+#define CNT() fakedev_count(__func__)
+
+struct fh {
+	void *stream;
+};
+
+static int fs_new(void **h)
+{
+	*h = calloc(1, sizeof(struct fh));
+	return *h ? 0 : 3;
+}
+
+static void fs_run(void *h)
+{
+	fakedev_flush(((struct fh *)h)->stream);
+}
+
+#define A_(i, j) a[(int64_t)(j) * lda + (i)]
+
+/* ---- cuBLAS --------------------------------------------------------------- */
+
+API int cublasCreate_v2(void **h);
+API int cublasCreate_v2(void **h) { CNT(); return fs_new(h); }
+API int cublasDestroy_v2(void *h);
+API int cublasDestroy_v2(void *h) { CNT(); free(h); return 0; }
+API int cublasSetStream_v2(void *h, void *s);
+API int cublasSetStream_v2(void *h, void *s) { CNT(); ((struct fh *)h)->stream = s; return 0; }
+API int cublasSetPointerMode_v2(void *h, int m);
+API int cublasSetPointerMode_v2(void *h, int m) { CNT(); (void)h; return m == 0 ? 0 : 7; }
+
+static void fs_gemm(int ta, int tb, int64_t m, int64_t n, int64_t k,
+		    double al, const double *a, int64_t lda, const double *b,
+		    int64_t ldb, double be, double *c, int64_t ldc)
+{
+	for (int64_t j = 0; j < n; j++)
+		for (int64_t i = 0; i < m; i++) {
+			double s = 0;
+			for (int64_t l = 0; l < k; l++) {
+				double x = ta ? a[i * lda + l] : a[l * lda + i];
+				double y = tb ? b[l * ldb + j] : b[j * ldb + l];
+				s += x * y;
+			}
+			c[j * ldc + i] = al * s + (be == 0 ? 0 : be * c[j * ldc + i]);
+		}
+}
+
+API int cublasDgemm_v2_64(void *h, int ta, int tb, int64_t m, int64_t n,
+			  int64_t k, const double *al, const double *a,
+			  int64_t lda, const double *b, int64_t ldb,
+			  const double *be, double *c, int64_t ldc);
+API int cublasDgemm_v2_64(void *h, int ta, int tb, int64_t m, int64_t n,
+			  int64_t k, const double *al, const double *a,
+			  int64_t lda, const double *b, int64_t ldb,
+			  const double *be, double *c, int64_t ldc)
+{
+	CNT();
+	fs_run(h);
+	fs_gemm(ta, tb, m, n, k, *al, a, lda, b, ldb, *be, c, ldc);
+	return 0;
+}
+
+/* ---- cuSOLVER ------------------------------------------------------------- */
+
+API int cusolverDnCreate(void **h);
+API int cusolverDnCreate(void **h) { CNT(); return fs_new(h); }
+API int cusolverDnDestroy(void *h);
+API int cusolverDnDestroy(void *h) { CNT(); free(h); return 0; }
+API int cusolverDnSetStream(void *h, void *s);
+API int cusolverDnSetStream(void *h, void *s) { CNT(); ((struct fh *)h)->stream = s; return 0; }
+static int fs_params;
+API int cusolverDnCreateParams(void **p);
+API int cusolverDnCreateParams(void **p) { CNT(); *p = &fs_params; return 0; }
+API int cusolverDnDestroyParams(void *p);
+API int cusolverDnDestroyParams(void *p) { CNT(); (void)p; return 0; }
+
+/* LU with partial pivoting (dgetf2's rule: the first largest |a|). */
+static int fs_getrf(int64_t m, int64_t n, double *a, int64_t lda,
+		    int64_t *piv)
+{
+	int info = 0;
+
+	for (int64_t j = 0; j < (m < n ? m : n); j++) {
+		int64_t p = j;
+		for (int64_t i = j + 1; i < m; i++)
+			if (fabs(A_(i, j)) > fabs(A_(p, j)))
+				p = i;
+		piv[j] = p + 1;
+		if (A_(p, j) == 0) {
+			if (!info)
+				info = (int)j + 1;
+			continue;
+		}
+		if (p != j)
+			for (int64_t c = 0; c < n; c++) {
+				double t = A_(j, c);
+				A_(j, c) = A_(p, c);
+				A_(p, c) = t;
+			}
+		for (int64_t i = j + 1; i < m; i++)
+			A_(i, j) /= A_(j, j);
+		for (int64_t c = j + 1; c < n; c++)
+			for (int64_t i = j + 1; i < m; i++)
+				A_(i, c) -= A_(i, j) * A_(j, c);
+	}
+	return info;
+}
+
+static void fs_getrs(int64_t n, int64_t nrhs, const double *a, int64_t lda,
+		     const int64_t *piv, double *b, int64_t ldb)
+{
+	for (int64_t r = 0; r < nrhs; r++) {
+		double *x = b + r * ldb;
+		for (int64_t i = 0; i < n; i++) {
+			double t = x[i];
+			x[i] = x[piv[i] - 1];
+			x[piv[i] - 1] = t;
+		}
+		for (int64_t i = 0; i < n; i++)
+			for (int64_t k = 0; k < i; k++)
+				x[i] -= A_(i, k) * x[k];
+		for (int64_t i = n - 1; i >= 0; i--) {
+			for (int64_t k = i + 1; k < n; k++)
+				x[i] -= A_(i, k) * x[k];
+			x[i] /= A_(i, i);
+		}
+	}
+}
+
+API int cusolverDnXgetrf_bufferSize(void *h, void *p, int64_t m, int64_t n,
+				    int dt, const void *a, int64_t lda,
+				    int ct, size_t *dev, size_t *host);
+API int cusolverDnXgetrf_bufferSize(void *h, void *p, int64_t m, int64_t n,
+				    int dt, const void *a, int64_t lda,
+				    int ct, size_t *dev, size_t *host)
+{
+	CNT();
+	(void)h; (void)p; (void)a; (void)lda; (void)ct;
+	*dev = (size_t)(m + n) * 8 + 64;
+	*host = 0;
+	return dt == 1 ? 0 : 7;
+}
+
+API int cusolverDnXgetrf(void *h, void *p, int64_t m, int64_t n, int dt,
+			 double *a, int64_t lda, int64_t *piv, int ct,
+			 void *ws, size_t wsb, void *hws, size_t hwsb,
+			 int *info);
+API int cusolverDnXgetrf(void *h, void *p, int64_t m, int64_t n, int dt,
+			 double *a, int64_t lda, int64_t *piv, int ct,
+			 void *ws, size_t wsb, void *hws, size_t hwsb,
+			 int *info)
+{
+	CNT();
+	(void)p; (void)ct; (void)ws; (void)wsb; (void)hws; (void)hwsb;
+	if (dt != 1)
+		return 7;
+	fs_run(h);
+	*info = fs_getrf(m, n, a, lda, piv);
+	return 0;
+}
+
+API int cusolverDnXgetrs(void *h, void *p, int op, int64_t n, int64_t nrhs,
+			 int dt, const double *a, int64_t lda,
+			 const int64_t *piv, int bt, double *b, int64_t ldb,
+			 int *info);
+API int cusolverDnXgetrs(void *h, void *p, int op, int64_t n, int64_t nrhs,
+			 int dt, const double *a, int64_t lda,
+			 const int64_t *piv, int bt, double *b, int64_t ldb,
+			 int *info)
+{
+	CNT();
+	(void)p; (void)bt;
+	if (dt != 1 || op != 0)
+		return 7;
+	fs_run(h);
+	fs_getrs(n, nrhs, a, lda, piv, b, ldb);
+	*info = 0;
+	return 0;
+}
+
+API int cusolverDnDgetrf_bufferSize(void *h, int m, int n, void *a, int lda,
+				    int *lw);
+API int cusolverDnDgetrf_bufferSize(void *h, int m, int n, void *a, int lda,
+				    int *lw)
+{
+	CNT();
+	(void)h; (void)a; (void)lda;
+	*lw = m + n;
+	return 0;
+}
+
+API int cusolverDnDgetrf(void *h, int m, int n, double *a, int lda, void *ws,
+			 int *ipiv, int *info);
+API int cusolverDnDgetrf(void *h, int m, int n, double *a, int lda, void *ws,
+			 int *ipiv, int *info)
+{
+	int64_t piv[256];
+
+	CNT();
+	(void)ws;
+	if (m > 256 || n > 256)
+		return 7;
+	fs_run(h);
+	*info = fs_getrf(m, n, a, lda, piv);
+	for (int i = 0; i < (m < n ? m : n); i++)
+		ipiv[i] = (int)piv[i];
+	return 0;
+}
+
+API int cusolverDnDgetrs(void *h, int op, int n, int nrhs, const double *a,
+			 int lda, const int *ipiv, double *b, int ldb,
+			 int *info);
+API int cusolverDnDgetrs(void *h, int op, int n, int nrhs, const double *a,
+			 int lda, const int *ipiv, double *b, int ldb,
+			 int *info)
+{
+	int64_t piv[256];
+
+	CNT();
+	if (op != 0 || n > 256)
+		return 7;
+	fs_run(h);
+	for (int i = 0; i < n; i++)
+		piv[i] = ipiv[i];
+	fs_getrs(n, nrhs, a, lda, piv, b, ldb);
+	*info = 0;
+	return 0;
+}
+
+/* Cholesky, unblocked; uplo 0 lower, 1 upper. */
+static int fs_potrf(int up, int64_t n, double *a, int64_t lda)
+{
+	for (int64_t j = 0; j < n; j++) {
+		double d = A_(j, j);
+		for (int64_t k = 0; k < j; k++)
+			d -= up ? A_(k, j) * A_(k, j) : A_(j, k) * A_(j, k);
+		if (!(d > 0))
+			return (int)j + 1;
+		A_(j, j) = sqrt(d);
+		for (int64_t i = j + 1; i < n; i++) {
+			double s = up ? A_(j, i) : A_(i, j);
+			for (int64_t k = 0; k < j; k++)
+				s -= up ? A_(k, j) * A_(k, i) : A_(i, k) * A_(j, k);
+			if (up)
+				A_(j, i) = s / A_(j, j);
+			else
+				A_(i, j) = s / A_(j, j);
+		}
+	}
+	return 0;
+}
+
+API int cusolverDnXpotrf_bufferSize(void *h, void *p, int uplo, int64_t n,
+				    int dt, const void *a, int64_t lda,
+				    int ct, size_t *dev, size_t *host);
+API int cusolverDnXpotrf_bufferSize(void *h, void *p, int uplo, int64_t n,
+				    int dt, const void *a, int64_t lda,
+				    int ct, size_t *dev, size_t *host)
+{
+	CNT();
+	(void)h; (void)p; (void)uplo; (void)a; (void)lda; (void)ct;
+	*dev = (size_t)n * 8 + 64;
+	*host = 0;
+	return dt == 1 ? 0 : 7;
+}
+
+API int cusolverDnXpotrf(void *h, void *p, int uplo, int64_t n, int dt,
+			 double *a, int64_t lda, int ct, void *ws, size_t wsb,
+			 void *hws, size_t hwsb, int *info);
+API int cusolverDnXpotrf(void *h, void *p, int uplo, int64_t n, int dt,
+			 double *a, int64_t lda, int ct, void *ws, size_t wsb,
+			 void *hws, size_t hwsb, int *info)
+{
+	CNT();
+	(void)p; (void)ct; (void)ws; (void)wsb; (void)hws; (void)hwsb;
+	if (dt != 1)
+		return 7;
+	fs_run(h);
+	*info = fs_potrf(uplo == 1, n, a, lda);
+	return 0;
+}
+
+API int cusolverDnXsyevd_bufferSize(void *h, void *p, int jobz, int uplo,
+				    int64_t n, int dt, const void *a,
+				    int64_t lda, int wt, const void *w,
+				    int ct, size_t *dev, size_t *host);
+API int cusolverDnXsyevd_bufferSize(void *h, void *p, int jobz, int uplo,
+				    int64_t n, int dt, const void *a,
+				    int64_t lda, int wt, const void *w,
+				    int ct, size_t *dev, size_t *host)
+{
+	CNT();
+	(void)h; (void)p; (void)jobz; (void)uplo; (void)a; (void)lda;
+	(void)wt; (void)w; (void)ct;
+	*dev = (size_t)n * (size_t)n * 8 + 64;
+	*host = 0;
+	return dt == 1 ? 0 : 7;
+}
+
+API int cusolverDnXsyevd(void *h, void *p, int jobz, int uplo, int64_t n,
+			 int dt, double *a, int64_t lda, int wt, double *w,
+			 int ct, void *ws, size_t wsb, void *hws, size_t hwsb,
+			 int *info);
+API int cusolverDnXsyevd(void *h, void *p, int jobz, int uplo, int64_t n,
+			 int dt, double *a, int64_t lda, int wt, double *w,
+			 int ct, void *ws, size_t wsb, void *hws, size_t hwsb,
+			 int *info)
+{
+	CNT();
+	(void)p; (void)jobz; (void)uplo; (void)wt; (void)ct; (void)ws;
+	(void)wsb; (void)hws; (void)hwsb;
+	if (dt != 1)
+		return 7;
+	fs_run(h);
+	for (int64_t i = 0; i < n; i++)
+		w[i] = A_(i, i);
+	*info = 0;
+	return 0;
+}
