@@ -101,6 +101,7 @@ $(B)/tests/%-san: tests/lease/%.c $(B)/liblease-san.a $(LEASE_HDR) tests/lease/t
 -include tests/fakenvml/module.mk
 -include src/preload/module.mk
 -include src/offload/module.mk
+-include src/offload/pcopy/module.mk
 -include src/offload/policy.mk
 -include src/offload/cuda/module.mk
 -include bench/offload/module.mk

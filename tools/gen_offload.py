@@ -384,9 +384,18 @@ def gen_wrapper(op, p, scheme, cblas, w):
         elif k == "info":
             body.append(f"\t\tgx.a.info = {a};")
     body.append("\t\tgpo_run(&fn, &gx);")
+    done = "gx.state != GPO_ST_DONE"
+    if op.name == "copy":
+        # The CPU copy engine (src/offload/pcopy/) takes the strided
+        # calls that qualify; the CPU library is then not called.
+        d = "" if by_value else "*"
+        esz = {"s": 4, "d": 8, "c": 8, "z": 16}[p]
+        body.append(f"\t\tif (real)\n\t\t\tgpo_copy_call(&gx, (int64_t){d}n, x, "
+                    f"(int64_t){d}incx, y, (int64_t){d}incy, {esz});")
+        done += " && gx.state != GPO_ST_COPIED"
     body.append("\t}")
     call = f"real({names})"
-    body.append("\tif (gx.state != GPO_ST_DONE) {")
+    body.append(f"\tif ({done}) {{")
     body.append("\t\tif (real) {")
     body.append("\t\t\tgpo_cpu_before(&gx);")
     body.append(f"\t\t\t{'r = ' if ret != 'void' else ''}{call};")

@@ -1,12 +1,13 @@
 """Helpers of the gpu-offload benchmark (bench/offload/run.py): the time
 budget, running a process and reading its output as it comes, the
-library's summary line and `gpu-offload report`, pytest's counts, and the
+library's summary line and `gpu-offload report`, and the
 markdown report. Standard library only: the harness runs under any
 python3; the workload (work.py) under the one with numpy."""
 import os
 import re
 import shlex
 import statistics
+import struct
 import subprocess
 import threading
 import time
@@ -24,10 +25,18 @@ class Budget:
         self.planned = 0.0
         self.section_end = self.deadline
 
-    def section(self, share):
-        self.planned += share * self.total
+    def section(self, seconds):
+        """Start a section planned to take `seconds` (verdict.plan_sections)
+        after the earlier ones' plans: it ends when their plans and its
+        own have passed, so time they left unused is its too."""
+        self.planned += seconds
         self.section_end = min(self.deadline, self.t0 + self.planned)
         return self.left()
+
+    def cap(self, timeout, floor=1.0):
+        """A process's time limit: `timeout`, never past the overall
+        deadline (less a second to write the report), at least `floor`."""
+        return max(floor, min(timeout, self.overall() - 1.0))
 
     def left(self):
         """Seconds left in the current section."""
@@ -80,6 +89,19 @@ class Reader(threading.Thread):
                     return None
                 self.cv.wait(max(0.01, end - time.monotonic()))
 
+    def line_from(self, offset, timeout):
+        """The next whole line at or after `offset`, and the offset after
+        it; (None, offset) after `timeout` or at EOF."""
+        end = time.monotonic() + timeout
+        with self.cv:
+            while True:
+                i = self.text.find("\n", offset)
+                if i >= 0:
+                    return self.text[offset:i], i + 1
+                if self.eof or time.monotonic() >= end:
+                    return None, offset
+                self.cv.wait(max(0.01, end - time.monotonic()))
+
     def finish(self, timeout=5):
         self.join(timeout)
         return self.text
@@ -97,6 +119,29 @@ class Proc:
                                   start_new_session=True)
         self.out = Reader(self.p.stdout)
         self.err = Reader(self.p.stderr)
+
+    def send(self, line):
+        """A line to the process's stdin; False when it is gone."""
+        try:
+            self.p.stdin.write((line + "\n").encode())
+            self.p.stdin.flush()
+            return True
+        except (OSError, ValueError):
+            return False
+
+    def next_json(self, timeout):
+        """The next stdout line that is a JSON object, or None (timeout,
+        EOF, or a line that is not JSON)."""
+        import json
+        while True:
+            ln, self._off = self.out.line_from(getattr(self, "_off", 0), timeout)
+            if ln is None:
+                return None
+            if ln.startswith("{"):
+                try:
+                    return json.loads(ln)
+                except ValueError:
+                    return None
 
     def close_stdin(self):
         if self.p.stdin:
@@ -169,9 +214,9 @@ REPORT_HEAD = re.compile(
     r"(\d+) leases refused")
 
 
-def trace_report(cli, tdir, env):
+def trace_report(cli, tdir, env, timeout=60):
     """`gpu-offload report DIR` read back: totals and GPU calls."""
-    rc, out, err, _ = run([cli, "report", tdir], env, 60)
+    rc, out, err, _ = run([cli, "report", tdir], env, timeout)
     r = {"rc": rc, "processes": 0, "calls": 0, "starts": 0, "gpu_calls": 0,
          "cpu_calls": 0, "given_back": 0, "refused": 0}
     m = REPORT_HEAD.search(out)
@@ -189,36 +234,38 @@ def trace_report(cli, tdir, env):
     return r
 
 
-PYTEST_FINAL = re.compile(r"^=*\s*((?:\d+ [a-z]+(?:, )?)+) in [\d.]+s")
-PYTEST_PROGRESS = re.compile(r"^[.FsEXx]+(\s+\[\s*\d+%\])?$")
-PYTEST_WORDS = {"errors": "error", "warnings": "warning"}
+# The trace's layout (src/offload/trace.h, the one definition): a 64-byte
+# header, then 320-byte records; the fields read here and their offsets.
+TRACE_HEAD, TRACE_REC = 64, 320
+_REC = struct.Struct("<qqBBBc")          # t_ns, dur_ns, kind, device, decided, prec
+_REASON = struct.Struct("<H")            # at 26
+_COPY = struct.Struct("<dd")             # copy_in_s, copy_out_s at 128
 
 
-def pytest_counts(out, timed_out):
-    """passed/failed/skipped/... from pytest -q output; from the progress
-    characters when the run was cut short (no final line)."""
-    c = {}
-    final = None
-    for ln in out.splitlines():
-        m = PYTEST_FINAL.match(ln.strip())
-        if m:
-            final = m.group(1)
-    if final and not timed_out:
-        for part in final.split(","):
-            n, word = part.split()
-            c[PYTEST_WORDS.get(word, word)] = int(n)
-    else:
-        names = {".": "passed", "F": "failed", "s": "skipped", "E": "error",
-                 "x": "xfailed", "X": "xpassed"}
-        for ln in out.splitlines():
-            if PYTEST_PROGRESS.match(ln.strip()):
-                for ch in ln.split()[0]:
-                    c[names[ch]] = c.get(names[ch], 0) + 1
-        c["partial"] = True
-    c["failures"] = sorted({ln.split()[1] for ln in out.splitlines()
-                            if ln.startswith(("FAILED ", "ERROR "))
-                            and len(ln.split()) > 1})
-    return c
+def read_traces(tdir):
+    """The call records of every trace file in tdir (little-endian, this
+    version's layout; another is skipped): dicts with t_ns, dur_s,
+    device (0 CPU, 1 GPU), reason (policy.h's number), op, copy_s."""
+    recs = []
+    for name in sorted(os.listdir(tdir)) if os.path.isdir(tdir) else []:
+        if not (name.startswith("gpo-") and name.endswith(".trace")):
+            continue
+        with open(os.path.join(tdir, name), "rb") as f:
+            data = f.read()
+        if (data[:8] != b"GPOTRACE" or struct.unpack_from("<III", data, 8) !=
+                (1, TRACE_REC, 0x01020304)):
+            continue
+        for off in range(TRACE_HEAD, len(data) - TRACE_REC + 1, TRACE_REC):
+            t, dur, kind, dev, _, prec = _REC.unpack_from(data, off)
+            if kind != 0:
+                continue
+            ci, co = _COPY.unpack_from(data, off + 128)
+            recs.append({"t_ns": t, "dur_s": dur / 1e9, "device": dev,
+                         "reason": _REASON.unpack_from(data, off + 26)[0],
+                         "op": prec.decode(errors="replace") +
+                         data[off + 40:off + 56].split(b"\0")[0].decode(errors="replace"),
+                         "copy_s": ci + co})
+    return recs
 
 
 def med(xs):

@@ -9,9 +9,12 @@
 #
 #   BENCH_OUT=DIR       report.md and results.json (default build/bench-offload)
 #   BENCH_BUDGET=S      seconds for the harness (default 400: with `make all`
-#                       it fits in 8 minutes on the H200)
+#                       it fits in 8 minutes on the H200); the harness ends
+#                       within it
 #   BENCH_ARGS=...      more options of run.py (--quick, --profile P,
-#                       --sections a,b, --reps R, --python PY, ...)
+#                       --sections a,b, --section-s sweep=300, --reps R,
+#                       --python PY, ...); docs/benchmarks.md has the two
+#                       calls of a full run on a 600 s device limit
 # Without an NVIDIA GPU the harness runs its quick mode (the CPU test
 # backend, tiny sizes): the report then holds no figures.
 

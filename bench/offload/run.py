@@ -4,12 +4,18 @@ one run, side by side with numpy's own BLAS at the same thread count.
 
     python3 bench/offload/run.py [--out DIR] [--budget S] [--quick]
                                  [--profile P] [--backend P] [--python PY]
-                                 [--sections a,b,...] [--reps R]
-                                 [--suites numpy.linalg,scipy.linalg]
-                                 [--fresh-max N] [--max-call-s S]
+                                 [--sections a,b,...] [--section-s a=S,...]
+                                 [--reps R] [--suites numpy.linalg,scipy.linalg]
+                                 [--suite-workers SUITE/MODE=N,...]
+                                 [--sweep-sizes N,...] [--fresh-max N]
+                                 [--max-call-s S]
 
-Sections (in this order; each gets a share of the time budget plus what
-the earlier ones left, and says what it skipped for want of time):
+Sections (in this order; --sections picks some). Each selected section is
+planned a number of seconds: --section-s fixes some, the rest of --budget
+is shared among the others in proportion to SHARE (so a run of a few
+sections gives them the whole budget); a section also gets what the
+earlier ones left unused, never runs past the overall budget (every
+process's time limit is capped by it), and says what it skipped:
   machine   the machine, versions, the profile in use (calibrating into
             DIR/profile when none is given)
   small     ns added to a small call (build/bench/offload_small), if built
@@ -18,17 +24,22 @@ the earlier ones left, and says what it skipped for want of time):
             start-up 0 and the trace's 0 starts; forced, the same program
             does map them (the probe's positive control)
   headline  dgemm/sgemm 8192, solve 4096 (n x n right-hand side), eigh and
-            svd 4096: CPU, under `gpu-offload run` at the default level and
-            forced, NVBLAS (gemm); median of R after one warm-up
+            svd 4096: CPU, under `gpu-offload run` at the default level
+            (steady state after the GPU start, and the calls before it)
+            and forced, NVBLAS (gemm); median of R after one warm-up; for
+            dgemm, solve, eigh the time inside the GPU calls (a traced run)
   nvblas    NVBLAS's own dgemm_ called directly (where it does apply)
   verify    `gpu-offload run --verify` over the headline set
   mutex     gpumutex interplay: a torch holder keeps gpu-offload on the
             CPU; a free GPU is used; a torch waiter's wait against a busy
             and an idle offloader, with the documented bound
-  sweep     never slower: gemm, solve, eigh, cholesky, mixed; 16 .. 16384,
-            fresh processes up to --fresh-max, warm above
+  sweep     never slower: gemm, solve, eigh, cholesky, mixed; 16 .. 16384;
+            paired, alternating repetitions judged on the median of the
+            paired ratios (sweep.py, verdict.judge): fresh process pairs up
+            to --fresh-max, warm pairs (two long-lived processes) from 256
   suites    numpy.linalg and scipy.linalg's own tests: plain, forced (every
-            GPU-capable call offloaded), default level
+            GPU-capable call offloaded), default level, all at once with
+            xdist workers shared out over the cores, one time limit
 Writes DIR/report.md and DIR/results.json (default DIR: $OUT, else
 build/bench-offload). --quick: the CPU test backend and tiny sizes (what
 `make check` runs; the harness, not the speeds). Without an NVIDIA GPU the
@@ -45,12 +56,13 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness as H  # noqa: E402
 import sections as S  # noqa: E402
+import verdict as V  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BUILD = os.path.join(REPO, "build")
 ALL = ["machine", "small", "short", "headline", "nvblas", "verify", "mutex",
        "sweep", "suites"]
-# Shares of the budget (the rest rolls over to later sections).
+# Relative shares of the budget among the selected sections.
 SHARE = {"machine": 0.10, "small": 0.01, "short": 0.02, "headline": 0.22,
          "nvblas": 0.03, "verify": 0.06, "mutex": 0.06, "sweep": 0.25,
          "suites": 0.25}
@@ -92,13 +104,32 @@ def main():
     ap.add_argument("--backend")
     ap.add_argument("--python")
     ap.add_argument("--sections", default=",".join(ALL))
+    ap.add_argument("--section-s", default="",
+                    help="seconds planned for some sections: sweep=300,headline=120")
     ap.add_argument("--reps", type=int)
     ap.add_argument("--suites", default="numpy.linalg,scipy.linalg",
                     help="the test suites of the suites section (pytest --pyargs)")
+    ap.add_argument("--suite-workers", default="",
+                    help="xdist workers of some suite runs: numpy.linalg/forced=8,...")
+    ap.add_argument("--sweep-sizes", help="the sweep's sizes (default 16,32,...,16384)")
     ap.add_argument("--fresh-max", type=int)
+    ap.add_argument("--turn-gap-s", type=float,
+                    help="the sweep's pause before a warm turn shorter than 2 s, so that the "
+                    "other process's spinning BLAS threads are asleep (default 0.2; quick 0)")
     ap.add_argument("--max-call-s", type=float, default=30.0,
                     help="skip a sweep point whose CPU call is predicted longer")
     a = ap.parse_args()
+    want = [x for x in a.sections.split(",") if x]
+    try:
+        fixed = V.parse_kv(a.section_s)
+        workers = {tuple(k.split("/", 1)): v for k, v in V.parse_kv(a.suite_workers, int).items()}
+        sizes = [int(x) for x in a.sweep_sizes.split(",")] if a.sweep_sizes else None
+    except ValueError as e:
+        ap.error(str(e))
+    bad = [x for x in want + list(fixed) if x not in ALL]
+    if bad or any(len(k) != 2 for k in workers):
+        ap.error("unknown section %s (sections: %s) or a worker key not SUITE/MODE" %
+                 (", ".join(bad), ",".join(ALL)))
     gpu = has_gpu()
     quick = a.quick or not gpu
     os.makedirs(a.out, exist_ok=True)
@@ -110,9 +141,12 @@ def main():
     c.tmp = tempfile.mkdtemp(prefix="bench-offload-")
     c.budget = H.Budget(a.budget or (60 if quick else 420))
     c.reps = a.reps or (1 if quick else 3)
-    c.fresh_max = a.fresh_max or (16 if quick else 64 if c.smoke else 2048)
+    c.fresh_max = a.fresh_max or (16 if quick else 64 if c.smoke else 1024)
     c.max_call_s = a.max_call_s
+    c.turn_gap_s = a.turn_gap_s if a.turn_gap_s is not None else 0.0 if quick else 0.2
     c.suite_mods = [m for m in a.suites.split(",") if m]
+    c.suite_workers = workers
+    c.sweep_sizes = sizes
     c.py = find_python(a.python)
     c.cli = os.path.join(BUILD, "gpu-offload")
     c.lib = os.path.join(BUILD, "libgpuoffload.so")
@@ -121,6 +155,8 @@ def main():
     c.backend = os.path.abspath(a.backend) if a.backend else (
         cuda_be if not quick and os.path.exists(cuda_be) else test_be)
     c.profile = a.profile or os.environ.get("GPU_OFFLOAD_PROFILE")
+    # Absolute: the suites run in a temporary directory.
+    c.profile = os.path.abspath(c.profile) if c.profile else None
     if not c.profile and not quick:
         # The profile an earlier `gpu-offload calibrate` wrote here.
         home = os.environ.get("XDG_CONFIG_HOME") or os.path.expanduser("~/.config")
@@ -140,11 +176,10 @@ def main():
     if not quick and c.backend == test_be:
         c.note("**No CUDA backend (build/libgpuoffload-cuda.so) in this build: "
                "the GPU figures below are the CPU test backend's.**")
-    want = [s for s in a.sections.split(",") if s]
-    for name in ALL:
-        if name not in want:
-            continue
-        c.budget.section(SHARE[name])
+    plan = V.plan_sections([x for x in ALL if x in want], SHARE, c.budget.total, fixed)
+    c.res["plan_s"] = {k: round(v, 1) for k, v in plan}
+    for name, secs in plan:
+        c.budget.section(secs)
         t = time.monotonic()
         if name != "machine" and c.budget.overall() < 5:
             c.note("## %s\n\nskipped: the budget (%.0f s) was spent." % (name, c.budget.total))

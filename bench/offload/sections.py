@@ -9,6 +9,7 @@ import platform
 import subprocess
 
 import harness as H
+import verdict as V
 from sweep import sec_sweep  # noqa: F401  (run.py calls sections by name)
 from suites import sec_mutex, sec_suites  # noqa: F401
 
@@ -19,6 +20,8 @@ WORK = os.path.join(HERE, "work.py")
 HEADLINE = [("dgemm", 8192, 128, 20.0), ("sgemm", 8192, 128, 10.0),
             ("solve", 4096, 128, 10.0), ("eigh", 4096, 128, 10.0),
             ("svd", 4096, 128, 1.0)]
+# The rows whose time inside the offloaded call the table shows.
+BREAKDOWN = ("dgemm", "solve", "eigh")
 
 
 class Ctx:
@@ -55,7 +58,7 @@ class Ctx:
         """Run work.py once; its JSON, the summary, what else stderr said."""
         argv = self.prefix(mode, trace) + [self.py, WORK, "--ops", ops] + list(args)
         env = self.env(mode, extra)
-        rc, out, err, wall = H.run(argv, env, timeout)
+        rc, out, err, wall = H.run(argv, env, self.budget.cap(timeout))
         js = {}
         for ln in reversed(out.splitlines()):
             if ln.startswith("{"):
@@ -266,42 +269,125 @@ def sec_short(c):
         ("" if ctl_ok else "\n**The control did not map the backend: the probe proves nothing here.**\n"))
 
 
-def warm(c, mode, op, n, reps, warmup=1, timeout=None):
-    r = c.work(mode, "%s:%d" % (op, n), ["--warmup", str(warmup), "--reps", str(reps)],
-               timeout or max(30, c.budget.left()))
+def warm(c, mode, op, n, reps, warmup=1, timeout=None, pre=None, trace=None):
+    """One process: `warmup` calls, then `reps` timed ones (after, with
+    `pre`, calls until the GPU started, at most pre = (calls, seconds))."""
+    args = ["--warmup", str(warmup), "--reps", str(reps)]
+    if pre:
+        args += ["--until-gpu", str(pre[0]), "--until-gpu-s", str(pre[1])]
+    r = c.work(mode, "%s:%d" % (op, n), args, timeout or max(30, c.budget.left()), trace=trace)
+    res = (r["json"].get("results") or [{}])[0]
+    s = r["summary"]
     return {"t": H.med(times(r)), "times": times(r), "rc": r["rc"],
-            "offloaded": r["summary"]["offloaded"], "reasons": r["summary"]["reasons"],
+            "offloaded": s["offloaded"], "reasons": s["reasons"],
+            "gpu_s": s["gpu_s"], "startup_s": s["startup_s"],
+            "gpu_per_call": s["gpu_s"] / s["offloaded"] if s["offloaded"] else None,
+            "pre": res.get("pre"), "spans": res.get("spans", []),
             "other": r["other"], "cmd": r["cmd"]}
 
 
+# At the default level: calls (at most, and seconds) before the GPU start.
+PRE = (12, 20.0)
+
+
+def _pre_text(p):
+    """'3 (3.1 s), then started' for the default level's first calls."""
+    pre = p.get("pre")
+    if not pre:
+        return "-"
+    if pre["started"]:
+        k = pre["calls_before"]
+        return "%d (%s)" % (k, H.fmt_s(sum(pre["times"][:k]))) if k else "0: started in the first call"
+    return "**not started** in %d calls (%s)" % (len(pre["times"]), H.fmt_s(sum(pre["times"])))
+
+
+def _inside(bd, whole):
+    """'85.0 ms of 667 ms (13%)': the time inside the offloaded call(s)
+    (the traced run's, verdict.breakdown) against the whole numpy call
+    (the untraced forced run's median)."""
+    b = bd and bd["breakdown"]
+    if not b or not whole:
+        return "-"
+    return "%s of %s (%.0f%%)" % (H.fmt_s(b["gpu"]), H.fmt_s(whole), 100 * b["gpu"] / whole)
+
+
+def traced_breakdown(c, op, n):
+    """A forced run with a trace, its timed calls' time split by the
+    trace's records (verdict.breakdown); its own process, so that the
+    trace's cost (every small call recorded) stays out of the figures."""
+    tdir = os.path.join(c.tmp, "breakdown-%s" % op)
+    r = warm(c, "forced", op, n, 2, trace=tdir)
+    b = V.breakdown([tuple(x) for x in r["spans"]], H.read_traces(tdir))
+    return {"run": r, "breakdown": b}
+
+
 def sec_headline(c):
-    rows, out = [], []
+    rows, out, brows = [], [], []
     for op, nf, nq, need in HEADLINE:
         n = c.n(nf, nq)
         if c.budget.left() <= 0:
-            rows.append((op, n) + ("skipped: out of time",) * 7)
+            rows.append((op, n) + ("skipped: out of time",) * 8)
             continue
-        p = {m: warm(c, m, op, n, c.reps) for m in ("cpu", "default", "forced")}
+        # svd's CPU call takes 8 s: its first call's extra costs (page
+        # faults of the workspace) are a fraction of a percent of it.
+        p = {"cpu": warm(c, "cpu", op, n, c.reps, warmup=0 if op == "svd" and not c.quick else 1),
+             "default": warm(c, "default", op, n, c.reps, pre=PRE),
+             "forced": warm(c, "forced", op, n, c.reps)}
         if op in ("dgemm", "sgemm") and c.nvblas["lib"]:
             p["nvblas"] = warm(c, "nvblas", op, n, c.reps)
+        bd = traced_breakdown(c, op, n) if op in BREAKDOWN else None
         cpu = p["cpu"]["t"]
         ratio = {m: (cpu / v["t"] if cpu and v["t"] else None) for m, v in p.items()}
         best = ratio["default"]
-        rows.append((op, n, H.fmt_s(cpu), H.fmt_s(p["default"]["t"]), H.fmt_x(ratio["default"]),
+        started = (p["default"]["pre"] or {}).get("started")
+        rows.append((op, n, H.fmt_s(cpu),
+                     "%s (%s)%s" % (H.fmt_s(p["default"]["t"]), H.fmt_x(ratio["default"]),
+                                    "" if started else " **CPU: not started**"),
+                     _pre_text(p["default"]),
                      "%s (%s)" % (H.fmt_s(p["forced"]["t"]), H.fmt_x(ratio["forced"])),
+                     _inside(bd, p["forced"]["t"]) if bd else "",
                      "%s (%s)" % (H.fmt_s(p["nvblas"]["t"]), H.fmt_x(ratio["nvblas"])) if "nvblas" in p else "n/a",
                      ">= %gx" % need if need > 1 else "> 1x",
                      ("ok" if best and (best >= need if need > 1 else best > 1) else "**MISSED**")))
-        out.append({"op": op, "n": n, "required": need, "ratio": ratio, "runs": p})
+        out.append({"op": op, "n": n, "required": need, "ratio": ratio, "runs": p,
+                    "breakdown": bd})
+        if bd and bd["breakdown"]:
+            b, whole = bd["breakdown"], p["forced"]["t"]
+            bd["whole_untraced"] = whole
+            brows.append((op, n, H.fmt_s(whole), "%s (copies %s; %d calls: %s)" % (
+                H.fmt_s(b["gpu"]), H.fmt_s(b["copy"]), b["gpu_calls"], ", ".join(b["gpu_ops"]) or "-"),
+                "%s (%.0f%%)" % (H.fmt_s(whole - b["gpu"]), 100 * (whole - b["gpu"]) / whole) if whole else "-",
+                ", ".join("%d %s" % (k, o) for o, k in sorted(b["cpu_by_op"].items(), key=lambda x: -x[1])[:4]) or "none",
+                H.fmt_s(b["whole"])))
     c.res["headline"] = out
     cmd = out[0]["runs"]["default"]["cmd"] if out else ""
     c.note("## Headline set\n\nOffloaded: `%s` (OP:N per row; forced adds "
-           "GPU_OFFLOAD_FORCE=gpu; NVBLAS: `LD_PRELOAD=libnvblas.so NVBLAS_CONFIG_FILE=nvblas.conf python3 bench/offload/work.py ...`; "
-           "CPU: the same python3 without either). solve has an n x n right-hand side; svd is numpy's (gesdd, full matrices).\n\n" % cmd +
-           H.table(["op", "n", "CPU (numpy)", "gpu-offload run (default level)", "ratio",
-                    "forced (ratio)", "NVBLAS (ratio)", "required", ""], rows))
+           "GPU_OFFLOAD_FORCE=gpu and runs `--warmup 1 --reps %d`; NVBLAS: `LD_PRELOAD=libnvblas.so "
+           "NVBLAS_CONFIG_FILE=nvblas.conf python3 bench/offload/work.py ...`; CPU: the same python3 "
+           "without either). solve has an n x n right-hand side; svd is numpy's (gesdd, full matrices).\n\n"
+           "**Default level, steady state**: the ski-rental rule keeps a program's first calls on the "
+           "CPU by design (the GPU's start-up is paid only once the predicted savings reached the level's "
+           "multiple of it), so the process first calls until the GPU has started (`--until-gpu %d`, at "
+           "most %.0f s), then one warm-up and %d timed calls: the default-level time is the median of "
+           "those, after the start; the column beside it says how many calls ran on the CPU before the "
+           "start (and their time): the price of the rule, paid once per process. **In the GPU call**: "
+           "from the breakdown below.\n\n" % (cmd, c.reps, PRE[0], PRE[1], c.reps) +
+           H.table(["op", "n", "CPU (numpy)", "default level, steady state (ratio)",
+                    "default: calls on the CPU before the GPU start", "forced (ratio)",
+                    "forced: in the GPU call / whole call", "NVBLAS (ratio)", "required", ""], rows) +
+           "\n\n**Where a forced call's time goes**: the whole numpy call is the forced run's above "
+           "(median); the time inside the calls that ran on the GPU (the backend's whole call, copies "
+           "included) comes from one more forced process per row with `--trace` (its own, so that "
+           "recording every small call stays out of the figures above), 1 warm-up and 2 timed calls, "
+           "each timed call's span split by the trace's records (median of the 2). Outside them: numpy's "
+           "own work around the LAPACK/BLAS call, chiefly its linearization (one strided ?copy per "
+           "column of every matrix into Fortran order, and back: calls below the size threshold, which "
+           "stay on the CPU and which the trace records without timing them), allocating and first "
+           "touching the result, and the wrapper's bookkeeping.\n\n" +
+           H.table(["op", "n", "whole numpy call (forced)", "in GPU calls", "outside them",
+                    "CPU-side BLAS/LAPACK calls in one numpy call", "whole, traced run"], brows))
     offl = [(o["op"], o["runs"]["default"]["offloaded"], o["runs"]["default"]["reasons"]) for o in out]
-    c.note("Calls offloaded at the default level (warm-up included), with the reasons of the others: " +
+    c.note("Calls offloaded at the default level (all calls of the process), with the reasons of the others: " +
            "; ".join("%s %d %s" % (op, k, ",".join("%s=%d" % kv for kv in r.items())) for op, k, r in offl))
 
 

@@ -6,6 +6,7 @@ import subprocess
 import time
 
 import harness as H
+import verdict as V
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TORCHJOB = os.path.join(HERE, "torchjob.py")
@@ -137,52 +138,102 @@ def _importable(c, mod):
     return subprocess.run([c.py, "-c", "import " + mod], capture_output=True).returncode == 0
 
 
+# The whole section's runs end by this many seconds before its end: the
+# traces' reports and the report itself.
+SUITE_MARGIN = 15
+
+
 def sec_suites(c):
     mods = [m for m in c.suite_mods if _importable(c, m.split(".")[0])]
     absent = [m for m in c.suite_mods if m not in mods]
     xdist = _importable(c, "xdist")
     modes = ["plain", "forced", "default"]
     runs = [(m, mode) for m in mods for mode in modes]
-    cores = os.cpu_count() or 1
-    k = max(1, cores // max(1, len(runs)))
+    cores = len(os.sched_getaffinity(0))
+    plan = V.plan_workers(runs, cores, getattr(c, "suite_workers", None)) if xdist else {}
+    limit = max(20.0, c.budget.left() - (0 if c.quick else SUITE_MARGIN))
+    logs = os.path.join(c.tmp, "suite-logs")
+    os.makedirs(logs, exist_ok=True)
     procs = []
     for m, mode in runs:
         tdir = os.path.join(c.tmp, "trace-%s-%s" % (m, mode))
-        extra = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
+        extra = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
         if mode == "forced":
             extra["GPU_OFFLOAD_MIN_FLOPS"] = "0"
         argv = ([] if mode == "plain" else c.prefix("forced" if mode == "forced" else "default", tdir)) + \
-            [c.py, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rfE", "--pyargs", m]
-        if xdist and k > 1:
-            argv += ["-n", str(k)]
+            [c.py, "-m", "pytest", "-v", "-p", "no:cacheprovider", "-rfE", "--pyargs", m]
+        if plan.get((m, mode), 1) > 1:
+            argv += ["-n", str(plan[(m, mode)])]
         if c.quick:
             argv += ["-k", "TestSolve and not TestSolveTriangular"]
         env = c.env("forced" if mode == "forced" else "cpu", extra)
-        procs.append((m, mode, tdir, argv, env, H.Proc(argv, env, stdin=False, cwd=c.tmp)))
-    limit = max(30, c.budget.left())
+        log = os.path.join(logs, "%s-%s.log" % (m, mode))
+        f = open(log, "wb")
+        # Output to a file, not a pipe: all of it stays readable when the
+        # run is killed at the limit, however much there is.
+        p = subprocess.Popen(argv, env=env, cwd=c.tmp, stdin=subprocess.DEVNULL,
+                             stdout=f, stderr=subprocess.STDOUT, start_new_session=True)
+        f.close()
+        procs.append((m, mode, tdir, argv, env, log, p, time.monotonic()))
     deadline = time.monotonic() + limit
+    ends = {}
+    while len(ends) < len(procs) and time.monotonic() < deadline:
+        for i, pr in enumerate(procs):
+            if i not in ends and pr[6].poll() is not None:
+                ends[i] = time.monotonic()
+        time.sleep(0.2)
     out, rows = [], []
-    for m, mode, tdir, argv, env, p in procs:
-        rc, so, se, wall = p.wait(deadline - time.monotonic())
-        cnt = H.pytest_counts(so, rc is None)
-        tr = H.trace_report(c.cli, tdir, c.env("cpu")) if mode != "plain" else {}
-        rows.append((m, mode, "timed out" if rc is None else rc, cnt.get("passed", 0),
+    for i, (m, mode, tdir, argv, env, log, p, t0) in enumerate(procs):
+        rc = p.poll() if i in ends else None
+        if rc is None:
+            H.kill(p)
+        wall = ends.get(i, time.monotonic()) - t0
+        with open(log, errors="replace") as f:
+            text = f.read()
+        cnt = V.pytest_outcomes(text, rc is None)
+        tr = H.trace_report(c.cli, tdir, c.env("cpu"), c.budget.cap(60, 5)) if mode != "plain" else {}
+        state = ("**cut at %.0f s**" % limit) if rc is None else rc
+        done = "%d%s" % (cnt["done"], " of %d" % cnt["items"] if "items" in cnt else "")
+        rows.append((m, mode, plan.get((m, mode), 1), state, done, cnt.get("passed", 0),
                      cnt.get("failed", 0), cnt.get("error", 0), cnt.get("skipped", 0),
                      cnt.get("xfailed", 0), tr.get("gpu_calls", "-"), "%.0f s" % wall,
                      ", ".join(cnt["failures"][:8]) + (" ..." if len(cnt["failures"]) > 8 else "")))
-        out.append({"module": m, "mode": mode, "rc": rc, "counts": cnt, "wall": wall,
-                    "trace": tr, "cmd": H.cmdline(argv, env, ["OPENBLAS_NUM_THREADS", "GPU_OFFLOAD_FORCE",
-                                                               "GPU_OFFLOAD_MIN_FLOPS"]),
-                    "tail": so.strip().splitlines()[-3:] + H.other_lines(se)[-3:]})
+        out.append({"module": m, "mode": mode, "workers": plan.get((m, mode), 1), "rc": rc,
+                    "cut": rc is None, "counts": cnt, "wall": wall, "trace": tr,
+                    "cmd": H.cmdline(argv, env, ["OPENBLAS_NUM_THREADS", "GPU_OFFLOAD_FORCE",
+                                                 "GPU_OFFLOAD_MIN_FLOPS"]),
+                    "tail": [ln for ln in text.strip().splitlines()[-4:]],
+                    # What the library said (its lines other than the
+                    # summaries), first ones.
+                    "said": [ln for ln in H.other_lines(text) if ln.startswith("gpu-offload:")][:10]})
     c.res["suites"] = out
     c.res["suites_absent"] = absent
-    c.note("## NumPy's and SciPy's own tests\n\nAll runs at once, each `-n %d` (xdist %s) with one BLAS "
-           "thread; plain = no offloader; forced = `GPU_OFFLOAD_FORCE=gpu GPU_OFFLOAD_MIN_FLOPS=0` "
-           "(every GPU-capable call to the GPU); default = the default level with the profile. GPU calls: "
-           "counted by `gpu-offload report` over the run's traces. Time limit %.0f s per run.%s\n\n" % (
-               k if xdist and k > 1 else 1, "installed" if xdist else "absent", limit,
+    c.res["suites_limit_s"] = limit
+    _keep_logs(c, logs)
+    c.note("## NumPy's and SciPy's own tests\n\nAll %d runs at once, started together, with one BLAS "
+           "thread each and pytest-xdist workers (%s) shared out so that together they use the %d cores "
+           "(forced runs get the most: they wait on the GPU); plain = no offloader; forced = "
+           "`GPU_OFFLOAD_FORCE=gpu GPU_OFFLOAD_MIN_FLOPS=0` (every GPU-capable call to the GPU); "
+           "default = the default level with the profile. One time limit for the whole section: "
+           "%.0f s from the start; a run still going then is killed and reported **cut**, with the "
+           "counts of the tests it finished (`pytest -v`'s line per test). Tests: done (of collected); "
+           "GPU calls: `gpu-offload report` over the run's traces.%s\n\n" % (
+               len(runs), "installed" if xdist else "absent: one process each", cores, limit,
                " Quick mode: only `-k TestSolve`." if c.quick else "") +
            ("Not installed, so not run: %s.\n\n" % ", ".join(absent) if absent else "") +
            "\n".join("- %s %s: `%s`" % (o["module"], o["mode"], o["cmd"]) for o in out) + "\n\n" +
-           H.table(["suite", "mode", "exit", "passed", "failed", "errors", "skipped", "xfailed",
-                    "GPU calls", "time", "failures"], rows))
+           H.table(["suite", "mode", "-n", "exit", "tests", "passed", "failed", "errors", "skipped",
+                    "xfailed", "GPU calls", "time", "failures"], rows) +
+           "".join("\n\n%s %s: the library said: %s" % (o["module"], o["mode"], "; ".join(
+               "`%s`" % ln for ln in o["said"][:3])) for o in out if o["said"]))
+
+
+def _keep_logs(c, logs):
+    """The runs' logs as one file in the output directory (a device run
+    brings back few files)."""
+    import tarfile
+    try:
+        with tarfile.open(os.path.join(c.out, "suite-logs.tar.gz"), "w:gz") as t:
+            t.add(logs, arcname="suite-logs")
+    except OSError as e:
+        c.res["suite_logs_error"] = str(e)

@@ -4,6 +4,8 @@
     work.py --ops OP:N[,OP:N...] [--warmup W] [--reps R]
     work.py --ops OP:N --count C | --seconds T        (one timed loop)
     work.py --ops OP:N --until-eof                    (loop until stdin EOF)
+    work.py --ops OP:N --serve                        (calls on request)
+    work.py --ops OP:N --until-gpu M [--until-gpu-s S] [--warmup W] [--reps R]
     work.py ... --hold                                (then wait for EOF)
 
 Runs under whatever python has numpy (plain, under `gpu-offload run`, with
@@ -15,6 +17,19 @@ many), and which libraries were mapped into the process at the end:
 libcuda.so.1 (proof that cuInit cannot have happened when absent) and the
 gpu-offload backend (the GPU path started). Inputs are built before any
 timing and are the same in every process (fixed seed).
+
+--serve (one OP:N): a long-lived process that another drives over its
+pipes: it builds the inputs, prints {"ready": ...}, then for each line C
+read from stdin makes C calls and prints {"t": seconds, "gpu": mapped},
+gpu telling whether the backend is mapped after them (the GPU started);
+at EOF the usual JSON line. The sweep runs a plain and an offloaded one
+side by side and alternates between them.
+
+--until-gpu M: first calls until the backend is mapped after one (the
+GPU started in it: the ski-rental rule keeps the first calls of a
+program on the CPU), at most M calls or S seconds, each timed ("pre":
+the times, "started", "calls_before": the calls before the one that
+started it); then the warm-up and timed calls as usual.
 
 OPs: dgemm sgemm (A @ B), solve (A X = B, B n x n), eigh, svd (full
 matrices: gesdd), cholesky, dgemm32 (the Fortran dgemm_ with 32-bit
@@ -124,6 +139,39 @@ def maps():
 DGEMM32 = None
 
 
+def serve(op, x):
+    """Calls on request (--serve): one stdin line C, C calls, one JSON
+    line back; returns the calls made when stdin ends."""
+    print(json.dumps({"ready": True, "gpu": bool(maps().get("backend"))}), flush=True)
+    calls = 0
+    while True:
+        line = sys.stdin.readline()
+        if not line:
+            break
+        c = int(line.strip() or 1)
+        t = time.perf_counter()
+        for _ in range(c):
+            call(op, x)
+        t = time.perf_counter() - t
+        calls += c
+        print(json.dumps({"t": t, "gpu": bool(maps().get("backend"))}), flush=True)
+    return calls
+
+
+def until_gpu(op, x, most, secs):
+    """Calls until the GPU started in one (--until-gpu): their times."""
+    ts, started, t0 = [], False, time.perf_counter()
+    while len(ts) < most and time.perf_counter() - t0 < secs:
+        t = time.perf_counter()
+        call(op, x)
+        ts.append(time.perf_counter() - t)
+        if maps().get("backend"):
+            started = True
+            break
+    return {"times": ts, "started": started,
+            "calls_before": len(ts) - 1 if started else len(ts)}
+
+
 def main():
     global DGEMM32
     ap = argparse.ArgumentParser()
@@ -134,6 +182,9 @@ def main():
     ap.add_argument("--seconds", type=float)
     ap.add_argument("--until-eof", action="store_true")
     ap.add_argument("--hold", action="store_true")
+    ap.add_argument("--serve", action="store_true")
+    ap.add_argument("--until-gpu", type=int)
+    ap.add_argument("--until-gpu-s", type=float, default=60.0)
     a = ap.parse_args()
     specs = []
     for s in a.ops.split(","):
@@ -148,7 +199,9 @@ def main():
     for op, n in specs:
         x = inputs(op, n)
         r = {"op": op, "n": n}
-        if a.until_eof:
+        if a.serve:
+            r["count"] = serve(op, x)
+        elif a.until_eof:
             # Busy until the harness closes stdin; says once when the
             # GPU path has started (the backend is mapped), so the
             # harness can start a waiter against a holder for sure.
@@ -175,14 +228,20 @@ def main():
             r["loop_s"] = time.perf_counter() - t
             r["count"] = c
         else:
+            if a.until_gpu:
+                r["pre"] = until_gpu(op, x, a.until_gpu, a.until_gpu_s)
             for _ in range(a.warmup):
                 call(op, x)
-            ts = []
+            ts, spans = [], []
             for _ in range(a.reps):
+                w = time.time_ns()
                 t = time.perf_counter()
                 call(op, x)
                 ts.append(time.perf_counter() - t)
+                spans.append((w, time.time_ns()))
             r["times"] = ts
+            # On CLOCK_REALTIME, the clock of a trace's records.
+            r["spans"] = spans
         out["results"].append(r)
         del x
     if a.hold:

@@ -5,8 +5,10 @@
  * A wrapper's life: gpo_begin() (depth counter, the real function for this
  * call site) -> if the call is not nested, the wrapper copies its arguments
  * into x.a and calls gpo_run() (size threshold, workspace queries, the
- * policy, the GPU path) -> unless the GPU did the call (GPO_ST_DONE), the
- * real function runs between gpo_cpu_before() and gpo_cpu_after() ->
+ * policy, the GPU path; a ?copy wrapper then offers the call to the CPU
+ * copy engine, gpo_copy_call) -> unless the GPU did the call
+ * (GPO_ST_DONE) or the copy engine did (GPO_ST_COPIED), the real
+ * function runs between gpo_cpu_before() and gpo_cpu_after() ->
  * gpo_end() (depth, timing, the policy's observation, verify comparison,
  * errno as the caller should see it).
  */
@@ -97,6 +99,7 @@ enum gpo_state {
 	GPO_ST_PASS,            /* secure-execution process, or called from
 	                         * the backend's start/stop/memory: straight
 	                         * through, not observed */
+	GPO_ST_COPIED,          /* the CPU copy engine did a ?copy call */
 };
 
 struct gpo_ctx {
@@ -118,6 +121,13 @@ void gpo_run(struct gpo_fn *fn, struct gpo_ctx *x) GPO_HIDDEN;
 void gpo_cpu_before(struct gpo_ctx *x) GPO_HIDDEN;
 void gpo_cpu_after(struct gpo_ctx *x) GPO_HIDDEN;
 void gpo_end(struct gpo_fn *fn, struct gpo_ctx *x) GPO_HIDDEN;
+
+/* pcopy/call.c: a ?copy call the CPU library would run (state
+ * GPO_ST_CPU) done by the CPU copy engine (pcopy/pcopy.h) when it
+ * qualifies: returns 1 and sets GPO_ST_COPIED (the CPU library is then
+ * not called), else 0 and changes nothing. */
+int gpo_copy_call(struct gpo_ctx *x, int64_t n, const void *src, int64_t incx,
+		  void *dst, int64_t incy, unsigned esz) GPO_HIDDEN;
 
 /* resolve.c: the function the caller would have called without us, or
  * NULL (after one line on stderr) if no loaded object other than this
@@ -141,6 +151,7 @@ void gpo_quiet(int on) GPO_HIDDEN;
 #define GPO_MSG_VERIFY   3
 #define GPO_MSG_MORE     4
 #define GPO_MSG_FORK     5
+#define GPO_MSG_COPY     6
 #define GPO_MSG_FAILKIND 8   /* + 0..3: alloc, copy in, kernel, copy out */
 void gpo_msg_once(int kind, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3))) GPO_HIDDEN;

@@ -582,7 +582,7 @@ void gpo_policy_observe(const struct gpo_call *c,
 	 * was not asked, and learns nothing from them. */
 	int own = r == GPO_R_SMALL || r == GPO_R_NESTED ||
 		  r == GPO_R_WORKSPACE || r == GPO_R_MEASURED ||
-		  r == GPO_R_UNSUPPORTED;
+		  r == GPO_R_UNSUPPORTED || r == GPO_R_COPY_ENGINE;
 
 	__atomic_fetch_add(&gpo__p.calls, 1, __ATOMIC_RELAXED);
 	if (r < GPO_R_MAX)

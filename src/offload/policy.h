@@ -72,6 +72,7 @@ enum gpo_reason {
 	GPO_R_FAIL_KERNEL,      /* the backend failed: the computation */
 	GPO_R_VERIFY,           /* verify mode: ran on both */
 	GPO_R_MEASURED,         /* measured only (gemv, level 1): never offloaded */
+	GPO_R_COPY_ENGINE,      /* a strided ?copy done by the CPU copy engine */
 	GPO_R_MAX
 };
 
