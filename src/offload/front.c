@@ -20,6 +20,7 @@
 
 #include "frontend.h"
 #include "lease.h"
+#include "pcopy/pcopy.h"
 
 #define TLS_IE __attribute__((tls_model("initial-exec")))
 
@@ -139,6 +140,36 @@ static int gpo__secure(void)
 		__atomic_store_n(&state, s, __ATOMIC_RELAXED);
 	}
 	return s == 2;
+}
+
+void *gpo_light_begin(struct gpo_fn *fn, const void *site, double flops)
+{
+	void *real;
+	int e;
+
+	/* Every condition under which the full path would do more than
+	 * count the call and run the CPU library: configuration unread,
+	 * measured calls (the threshold 0), a ?copy the engine may take, a
+	 * trace (which records small calls too) or an uninitialised policy,
+	 * inside the backend, a secure-execution process. */
+	if (__atomic_load_n(&gpo__config_state, __ATOMIC_ACQUIRE) != 2 ||
+	    !(flops < gpo__min_flops) || gpo__quiet ||
+	    (fn->op == GPO_OP_COPY && flops >= (double)gpo_pcopy_min_n) ||
+	    gpo_policy_tracing() || gpo__secure())
+		return NULL;
+	e = errno;
+	real = gpo_resolve(fn, site);
+	errno = e;
+	if (!real)
+		return NULL;    /* the full path says why, once */
+	gpo_policy_count(gpo__depth > 0 ? GPO_R_NESTED : GPO_R_SMALL);
+	gpo__depth++;
+	return real;
+}
+
+void gpo_light_end(void)
+{
+	gpo__depth--;
 }
 
 void *gpo_begin(struct gpo_fn *fn, struct gpo_ctx *x, const void *site)

@@ -2,7 +2,8 @@
  * frontend.h - what the generated wrappers (build/offload/gen/wrappers.c,
  * from tools/gen_offload.py) and the frontend's files share.
  *
- * A wrapper's life: gpo_begin() (depth counter, the real function for this
+ * A wrapper's life (a level 1/2 one first tries gpo_light_begin(), below):
+ * gpo_begin() (depth counter, the real function for this
  * call site) -> if the call is not nested, the wrapper copies its arguments
  * into x.a and calls gpo_run() (size threshold, workspace queries, the
  * policy, the GPU path; a ?copy wrapper then offers the call to the CPU
@@ -115,6 +116,17 @@ struct gpo_ctx {
 	void *stage[GPO_MAX_BUFS];  /* verify: the GPU's outputs, packed */
 	int64_t gpu_info;
 };
+
+/* The light path of the calls the GPU never takes (BLAS levels 1 and 2,
+ * "measured" ops): when the configuration is read, the call
+ * is below the size threshold (a ?copy also below the copy engine's
+ * size), nothing is traced and the thread is not inside the backend,
+ * returns the real function with the call counted and this thread's
+ * depth raised (the wrapper calls it, then gpo_light_end()); else NULL,
+ * and the wrapper takes the full path (gpo_begin ...). errno untouched. */
+void *gpo_light_begin(struct gpo_fn *fn, const void *site,
+		      double flops) GPO_HIDDEN;
+void gpo_light_end(void) GPO_HIDDEN;
 
 void *gpo_begin(struct gpo_fn *fn, struct gpo_ctx *x, const void *site) GPO_HIDDEN;
 void gpo_run(struct gpo_fn *fn, struct gpo_ctx *x) GPO_HIDDEN;

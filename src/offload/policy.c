@@ -570,6 +570,13 @@ int gpo_policy_tracing(void)
 	       gpo_trace_on();
 }
 
+void gpo_policy_count(unsigned reason)
+{
+	__atomic_fetch_add(&gpo__p.calls, 1, __ATOMIC_RELAXED);
+	if (reason < GPO_R_MAX)
+		__atomic_fetch_add(&gpo__p.reasons[reason], 1, __ATOMIC_RELAXED);
+}
+
 void gpo_policy_observe(const struct gpo_call *c,
 			const struct gpo_decision *d, int device,
 			double seconds, double copy_in_s, double copy_out_s,

@@ -111,6 +111,12 @@ void gpo_policy_observe(const struct gpo_call *c,
  * read on every call. */
 int gpo_policy_tracing(void);
 
+/* Count a call the frontend kept on the CPU without asking the policy
+ * (its light path: GPO_R_SMALL or GPO_R_NESTED) in the summary's totals,
+ * as gpo_policy_observe does for such a call; lock-free. Only once the
+ * policy is initialised (gpo_policy_tracing() returned 0). */
+void gpo_policy_count(unsigned reason);
+
 /* Provided by the frontend's backend boundary, called by the policy. */
 
 /* Load the GPU backend (dlopen, ABI check) if not yet loaded and start it
