@@ -107,6 +107,7 @@ $(B)/tests/%-san: tests/lease/%.c $(B)/liblease-san.a $(LEASE_HDR) tests/lease/t
 -include bench/offload/module.mk
 -include tests/offload/cuda/xfer.mk
 -include tests/offload/cuda/small.mk
+-include tests/offload/cuda/gemm.mk
 
 sanitizer-tests: $(SAN_BINS)
 

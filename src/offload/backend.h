@@ -74,6 +74,29 @@ struct gpo_kernel {
 	int64_t info;           /* out: LAPACK's info (0 on success) */
 };
 
+/* One operand of run_host in the caller's memory: rows x cols elements
+ * of esize bytes, ld elements per column (host NULL: not referenced). */
+struct gpo_hostop {
+	void *host;
+	int64_t ld, rows, cols;
+	uint32_t esize;
+	uint8_t in, out;        /* read, written by the operation */
+};
+
+/* The steps of a call, for run_host's failures (the frontend's message
+ * and reason: allocation, a copy in, the computation, a copy out). */
+enum { GPO_BE_STEP_ALLOC, GPO_BE_STEP_COPY_IN, GPO_BE_STEP_KERNEL,
+       GPO_BE_STEP_COPY_OUT };
+
+struct gpo_hostcall {
+	uint32_t size;                  /* sizeof(struct gpo_hostcall) */
+	struct gpo_hostop op[4];        /* in the order of gpo_kernel's buf */
+	/* out: */
+	int failed;                     /* GPO_BE_STEP_* of a failure */
+	double copy_in_s, copy_out_s;   /* host time spent copying in and
+	                                 * out (they overlap the kernels) */
+};
+
 struct gpo_backend {
 	uint32_t abi;           /* GPO_BACKEND_ABI */
 	uint32_t size;          /* sizeof(struct gpo_backend) */
@@ -112,6 +135,23 @@ struct gpo_backend {
 	 * (not in verify mode). */
 	void (*prefault)(void *host, uint64_t pitch, uint64_t width,
 			 uint64_t rows);
+	/* The whole call from host operands (allocate, copy in, compute,
+	 * copy out), for operations the backend can pipeline (the CUDA
+	 * backend: large gemm, its copies overlapping its kernels). k is as
+	 * for run() but its buf[] are unset (NULL); h describes each
+	 * operand in the caller's memory. The invariant of the frontend's
+	 * own flow holds: pure outputs (out && !in) may be written straight
+	 * into the caller's memory, at its ld, never the padding beyond
+	 * the rows; every operand that is also an input is read into the
+	 * backend's staging (as to_host with GPO_BE_STAGE) and reaches the
+	 * caller's memory only when the frontend calls commit() after this
+	 * returned 0. Returns 0; GPO_BE_UNSUPPORTED having done nothing at
+	 * all (the frontend then runs its own flow: alloc, to_device, run,
+	 * to_host); anything else: it failed in step h->failed
+	 * (GPO_BE_STEP_*), every device operation of the call has ended,
+	 * and the frontend calls discard() and runs the call on the CPU.
+	 * Never called in verify mode. */
+	int (*run_host)(struct gpo_kernel *k, struct gpo_hostcall *h);
 };
 
 /* The size of the ABI 2 table without the optional entries: the least a

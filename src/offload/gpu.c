@@ -35,6 +35,13 @@
  * untouched caller's memory). Before the copies in, each pure output is
  * handed to the backend's optional prefault() (backend.h), which may
  * fault its pages in while the device works, without writing them.
+ *
+ * A backend with run_host (backend.h) is first offered the whole call
+ * (not in verify mode): it may pipeline the copies with the kernels
+ * (the CUDA backend's large gemm, in column panels) under the same
+ * invariant, pure outputs straight into the caller's memory, the other
+ * outputs staged until commit(); it answers GPO_BE_UNSUPPORTED for what
+ * it does not pipeline, and the flow above runs.
  */
 #define _GNU_SOURCE
 #include "compat.h"
@@ -279,6 +286,77 @@ fail:
 	return GPO_R_FAIL_COPY;
 }
 
+/* The kernel of the call, without device buffers. */
+static void gpo__kernel(const struct gpo_fn *fn, const struct gpo_ctx *x,
+			struct gpo_kernel *k)
+{
+	memset(k, 0, sizeof *k);
+	k->size = sizeof *k;
+	k->op = fn->op;
+	k->prec = fn->prec;
+	k->int64 = fn->int64;
+	memcpy(k->opt, x->a.opt, sizeof k->opt);
+	k->m = x->a.m;
+	k->n = x->a.n;
+	k->k = x->a.k;
+	k->nrhs = x->a.nrhs;
+	memcpy(k->alpha, x->a.alpha, sizeof k->alpha);
+	memcpy(k->beta, x->a.beta, sizeof k->beta);
+	for (int i = 0; i < x->s.nbuf; i++)
+		k->ld[i] = x->a.ld[i];
+}
+
+/* The whole call by the backend's run_host (backend.h), which pipelines
+ * what it can; GPO_R_UNSUPPORTED when it does not take the call (nothing
+ * was done: the caller runs its own flow). Caller holds gpo__lock; not in
+ * verify mode. On success the staged operands are committed here. */
+static int gpo__host_work(struct gpo_fn *fn, struct gpo_ctx *x)
+{
+	static const int reason[] = { GPO_R_FAIL_ALLOC, GPO_R_FAIL_COPY,
+				      GPO_R_FAIL_KERNEL, GPO_R_FAIL_COPY };
+	const struct gpo_backend *be = gpo__be;
+	struct gpo_hostcall h;
+	struct gpo_kernel k;
+	double t;
+	int r;
+
+	gpo__kernel(fn, x, &k);
+	memset(&h, 0, sizeof h);
+	h.size = sizeof h;
+	for (int i = 0; i < x->s.nbuf && i < 4; i++) {
+		if (!x->s.b[i].rows || !x->s.b[i].cols)
+			continue;
+		h.op[i].host = x->a.buf[i];
+		h.op[i].ld = x->a.ld[i];
+		h.op[i].rows = x->s.b[i].rows;
+		h.op[i].cols = x->s.b[i].cols;
+		h.op[i].esize = (uint32_t)gpo_elem_size(x, i);
+		h.op[i].in = x->s.b[i].in ? 1 : 0;
+		h.op[i].out = x->s.b[i].out ? 1 : 0;
+	}
+	r = be->run_host(&k, &h);
+	if (r == GPO_BE_UNSUPPORTED)
+		return GPO_R_UNSUPPORTED;
+	x->copy_in = h.copy_in_s;
+	x->copy_out = h.copy_out_s;
+	if (r != 0) {
+		int step = h.failed >= 0 && h.failed <= 3 ? h.failed :
+			   GPO_BE_STEP_KERNEL;
+		gpo__failed(fn, step);
+		return reason[step];
+	}
+	x->gpu_info = k.info;
+	if (k.info != 0)
+		return -1;
+	/* Every device step succeeded: the operands that are also inputs
+	 * reach the caller's memory now, as in the frontend's own flow
+	 * (whose copy-out time includes the commit too). */
+	t = gpo_now();
+	be->commit();
+	x->copy_out += gpo_now() - t;
+	return 0;
+}
+
 /* Caller holds gpo__lock. Device buffers in dev[]. */
 static int gpo__device_work(struct gpo_fn *fn, struct gpo_ctx *x, void **dev,
 			    int stage_only)
@@ -326,22 +404,9 @@ static int gpo__device_work(struct gpo_fn *fn, struct gpo_ctx *x, void **dev,
 		}
 	}
 	x->copy_in = gpo_now() - t;
-	memset(&k, 0, sizeof k);
-	k.size = sizeof k;
-	k.op = fn->op;
-	k.prec = fn->prec;
-	k.int64 = fn->int64;
-	memcpy(k.opt, x->a.opt, sizeof k.opt);
-	k.m = x->a.m;
-	k.n = x->a.n;
-	k.k = x->a.k;
-	k.nrhs = x->a.nrhs;
-	memcpy(k.alpha, x->a.alpha, sizeof k.alpha);
-	memcpy(k.beta, x->a.beta, sizeof k.beta);
-	for (int i = 0; i < x->s.nbuf; i++) {
+	gpo__kernel(fn, x, &k);
+	for (int i = 0; i < x->s.nbuf; i++)
 		k.buf[i] = dev[i];
-		k.ld[i] = x->a.ld[i];
-	}
 	r = be->run(&k);
 	if (r == GPO_BE_UNSUPPORTED)
 		return GPO_R_UNSUPPORTED;
@@ -376,7 +441,11 @@ int gpo_gpu_call(struct gpo_fn *fn, struct gpo_ctx *x, int stage_only)
 		pthread_mutex_unlock(&gpo__lock);
 		return GPO_R_NO_BACKEND;
 	}
-	rc = gpo__device_work(fn, x, dev, stage_only);
+	rc = GPO_R_UNSUPPORTED;
+	if (!stage_only && x->s.nbuf <= 4 && GPO_BE_HAS(gpo__be, run_host))
+		rc = gpo__host_work(fn, x);
+	if (rc == GPO_R_UNSUPPORTED)
+		rc = gpo__device_work(fn, x, dev, stage_only);
 	if (rc != 0)
 		gpo__be->discard();     /* the caller's in-out operands stay */
 	for (int i = 0; i < GPO_MAX_BUFS; i++)

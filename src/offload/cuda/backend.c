@@ -56,6 +56,7 @@ static void gpc__why(const char *why)
 /* Undo a (partial) start; the context is current, or ctx is NULL. */
 static void gpc__teardown(void)
 {
+	gpc_panels_stop();
 	gpc_xfer_stop();
 	gpc_small_stop();
 	gpc_ws_forget();
@@ -162,6 +163,7 @@ static int gpc__start(void)
 		gpc__why("no thread for the memory pool");
 		goto fail;
 	}
+	(void)gpc_panels_start();       /* without its events: no pipeline */
 	gpc__pop();
 	gpc__started = 1;
 	snprintf(gpc__name, sizeof gpc__name, "CUDA");
@@ -323,6 +325,25 @@ static void gpc_prefault_out(void *host, uint64_t pitch, uint64_t width,
 	errno = e;
 }
 
+/* The whole call from host operands, for what xgemm.c pipelines. */
+static int gpc_run_host(struct gpo_kernel *k, struct gpo_hostcall *h)
+{
+	int e = errno, rc = GPO_BE_UNSUPPORTED;
+
+	/* What the pipeline does not take costs nothing (no context push:
+	 * the small-call path's counts). */
+	if (k->size < sizeof *k || h->size < sizeof *h || !gpc__started ||
+	    !gpc_gemm_takes(k, h))
+		return GPO_BE_UNSUPPORTED;
+	if (gpc__started && gpc__push() == 0) {
+		k->info = 0;
+		rc = gpc_gemm_host(k, h);
+		gpc__pop();
+	}
+	errno = e;
+	return rc;
+}
+
 static int gpc_run(struct gpo_kernel *k)
 {
 	int e = errno, rc = -1;
@@ -410,6 +431,7 @@ static struct gpo_backend gpc_api = {
 	.discard = gpc_discard_all,
 	.run = gpc_run,
 	.prefault = gpc_prefault_out,
+	.run_host = gpc_run_host,
 };
 
 __attribute__((visibility("default")))

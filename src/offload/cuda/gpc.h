@@ -54,6 +54,31 @@ void gpc_pool_release_all(void);   /* stop: the thread, every buffer */
 int gpc_run_blas(struct gpo_kernel *k);
 int gpc_run_lapack(struct gpo_kernel *k);
 
+/* xgemm.c: run_host (backend.h) for gemm, its copies overlapping its
+ * kernels in column panels. gpc_gemm_host: 0, GPO_BE_UNSUPPORTED (not
+ * taken: nothing done) or -1 (h->failed says the step). Panels: n over
+ * GPU_OFFLOAD_CUDA_PANELS (default GPC_PANELS_DEFAULT; 0: the pipeline
+ * off) rounded up to a multiple of GPU_OFFLOAD_CUDA_PANEL_WIDTH columns
+ * (GPC_PANEL_GRAIN); calls with operands of fewer than
+ * GPU_OFFLOAD_CUDA_PANEL_MIN bytes (GPC_PANEL_MIN_BYTES), of fewer than
+ * GPU_OFFLOAD_CUDA_PANEL_INTENSITY flops per byte of them
+ * (GPC_PANEL_MIN_INTENSITY), or of fewer than 2 panels are not taken. start/stop: the variables, two events. */
+#define GPC_PANELS_DEFAULT 8
+#define GPC_PANELS_MAX 64
+#define GPC_PANEL_GRAIN 256
+#define GPC_PANEL_MIN_BYTES (64ull << 20)
+#define GPC_PANEL_MIN_INTENSITY 1024    /* GPU_OFFLOAD_CUDA_PANEL_INTENSITY */
+int gpc_gemm_host(struct gpo_kernel *k, struct gpo_hostcall *h);
+/* Whether gpc_gemm_host would take the call (no driver call: the
+ * backend asks before it pushes its context). */
+int gpc_gemm_takes(struct gpo_kernel *k, const struct gpo_hostcall *h);
+int gpc_panels_start(void);         /* 0 (a pipeline without events: off) */
+void gpc_panels_stop(void);
+struct gpc_panel_stats {
+	uint64_t calls, panels;         /* pipelined calls done, their panels */
+};
+void gpc_panel_stats(struct gpc_panel_stats *st);
+
 /* Shared by both halves. */
 int gpc_sync(void);                         /* the compute stream; 0/-1 */
 /* Element size of the precision; real_only: of its real type. */

@@ -415,6 +415,77 @@ int gpc_d2h(void *host, uint64_t dpitch, gpc_dptr dev, uint64_t spitch,
 	return rc;
 }
 
+/* ---- Staged in parts ------------------------------------------------------ */
+
+int gpc_stage_open(void *host, uint64_t dpitch, uint64_t width, uint64_t rows)
+{
+	struct gpc_xblock *b;
+	uint64_t bytes = width * rows;
+	char *at;
+	int rc = -1;
+
+	pthread_mutex_lock(&gpc_xmu);
+	if (gpc_xst.on && !gpc_xst.open_on && gpc_xst.nst < GPC_MAX_STAGED &&
+	    bytes && (b = gpc_xst_room(bytes, &at)) != NULL) {
+		/* Taken now (discard gives it back), so that nothing frees
+		 * the block while the parts arrive. */
+		b->used += (bytes + GPC_STAGE_ALIGN - 1) / GPC_STAGE_ALIGN *
+			   GPC_STAGE_ALIGN;
+		if (b->used > b->cap)
+			b->used = b->cap;
+		gpc_xst.open.dst = host;
+		gpc_xst.open.src = at;
+		gpc_xst.open.dpitch = dpitch;
+		gpc_xst.open.width = width;
+		gpc_xst.open.rows = rows;
+		gpc_xst.open_at = at;
+		gpc_xst.open_pinned = b->pinned;
+		gpc_xst.open_on = 1;
+		rc = 0;
+	}
+	pthread_mutex_unlock(&gpc_xmu);
+	return rc;
+}
+
+int gpc_stage_part(gpc_dptr dev, uint64_t spitch, uint64_t row0,
+		   uint64_t nrows)
+{
+	uint64_t w;
+	char *at;
+	int rc = -1;
+
+	pthread_mutex_lock(&gpc_xmu);
+	w = gpc_xst.open.width;
+	if (gpc_xst.on && gpc_xst.open_on && row0 <= gpc_xst.open.rows &&
+	    nrows <= gpc_xst.open.rows - row0) {
+		at = gpc_xst.open_at + row0 * w;
+		if (!nrows) {
+			rc = 0;
+		} else if (gpc_xst.open_pinned) {
+			rc = gpc__direct(0, dev, spitch, at, w, w, nrows);
+			gpc_xst.stats.direct++;
+		} else {
+			rc = gpc__d2h_chunked(at, w, dev, spitch, w, nrows);
+		}
+	}
+	pthread_mutex_unlock(&gpc_xmu);
+	return rc;
+}
+
+int gpc_stage_close(void)
+{
+	int rc = -1;
+
+	pthread_mutex_lock(&gpc_xmu);
+	if (gpc_xst.open_on && gpc_xst.nst < GPC_MAX_STAGED) {
+		gpc_xst.st[gpc_xst.nst++] = gpc_xst.open;
+		gpc_xst.open_on = 0;
+		rc = 0;
+	}
+	pthread_mutex_unlock(&gpc_xmu);
+	return rc;
+}
+
 void gpc_xfer_stats(struct gpc_xfer_stats *st)
 {
 	pthread_mutex_lock(&gpc_xmu);

@@ -79,6 +79,21 @@ int gpc_h2d(gpc_dptr dev, uint64_t dpitch, const void *host, uint64_t spitch,
 int gpc_d2h(void *host, uint64_t dpitch, gpc_dptr dev, uint64_t spitch,
 	    uint64_t width, uint64_t rows, unsigned flags);
 
+/* A staged result filled in parts (the gemm pipeline's in-out C, one
+ * column panel at a time, xgemm.c): gpc_stage_open takes staging for
+ * `rows` rows of `width` bytes bound for `host` (`dpitch` apart);
+ * gpc_stage_part reads its rows [row0, row0 + nrows) from `dev` (the
+ * device address of row row0, `spitch` apart); gpc_stage_close makes it
+ * one staged result, which gpc_commit writes like those of gpc_d2h.
+ * Until closed it is none: gpc_commit never writes it, gpc_discard
+ * forgets it. One open at a time. 0, or -1 (open: nothing taken; part:
+ * the staging's contents undefined, close it not). */
+int gpc_stage_open(void *host, uint64_t dpitch, uint64_t width,
+		   uint64_t rows);
+int gpc_stage_part(gpc_dptr dev, uint64_t spitch, uint64_t row0,
+		   uint64_t nrows);
+int gpc_stage_close(void);
+
 /* Fault in the host range a later gpc_d2h (flags 0) will write, in the
  * background while the device computes (xfault.h): returns at once, never
  * changes the memory's contents, a hint that may do nothing. gpc_d2h

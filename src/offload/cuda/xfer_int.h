@@ -43,6 +43,11 @@ struct gpc_xstate {
 	int nblk;
 	struct gpc_xstaged st[GPC_MAX_STAGED];
 	int nst;
+	/* A staged result being filled in parts (gpc_stage_open): its room
+	 * is taken (the block's used), it is no result until closed. */
+	int open_on, open_pinned;
+	struct gpc_xstaged open;
+	char *open_at;
 	uint64_t calls;                 /* commits and discards so far */
 	struct gpc_xfer_stats stats;
 };

@@ -140,9 +140,10 @@ void gpc_discard(void)
 
 void gpc_xst_discard(void)
 {
-	int any = gpc_xst.nst > 0;
+	int any = gpc_xst.nst > 0 || gpc_xst.open_on;
 
 	gpc_xst.nst = 0;
+	gpc_xst.open_on = 0;
 	for (int i = 0; i < gpc_xst.nblk; i++) {
 		if (gpc_xst.blk[i].used)
 			gpc_xst.blk[i].last_call = gpc_xst.calls;
@@ -168,7 +169,7 @@ int gpc_xfer_idle(void)
 
 	if (pthread_mutex_trylock(&gpc_xmu) != 0)
 		return 0;       /* a copy runs: not idle */
-	if (!gpc_xst.nst) {
+	if (!gpc_xst.nst && !gpc_xst.open_on) {
 		freed = gpc_xst.nblk;
 		gpc_xst_free_unused();
 	}
@@ -183,7 +184,7 @@ static int gpc__idle(const struct gpc_xblock *b)
 
 void gpc_xst_trim(void)
 {
-	if (gpc_xst.nst)
+	if (gpc_xst.nst || gpc_xst.open_on)
 		return;
 	if (gpc_xst_block_bytes() > gpc_xst.t.keep)
 		gpc_xst_free_unused();

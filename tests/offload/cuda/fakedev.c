@@ -20,6 +20,9 @@
  *   fakedev_ctl("fail_register", 1)  cuMemHostRegister fails
  *   FAKEDEV_FREE=bytes              cuMemGetInfo's free memory (of 16 GiB)
  *   FAKEDEV_FAIL_EXEC=N             fail_exec N from the start
+ *   FAKEDEV_FAIL_COPY=N             fail_copy N from the start
+ *   fakedev_defer(stream, fn, arg)  a stand-in kernel, run in stream order
+ *                                   at the wait (fakesolver.c's gemm)
  *   fakedev_get(name)               "copies" performed, "bad", "device"
  *                                   / "pinned" / "registered" allocations
  *                                   live now, "hostallocs" made so far
@@ -65,7 +68,9 @@ struct op {
 	char *dst;
 	const char *src;
 	size_t dpitch, spitch, width, height;
-	int memset_v;           /* -1: a copy */
+	int memset_v;           /* -1: a copy; -2: a deferred kernel */
+	void (*fn)(void *);     /* the kernel (fakedev_defer), given arg */
+	void *arg;
 };
 
 struct stream {
@@ -120,6 +125,9 @@ __attribute__((constructor)) static void fd_init(void)
 
 	if (v && *v)
 		fd_fail_exec = strtol(v, NULL, 10);
+	v = getenv("FAKEDEV_FAIL_COPY");
+	if (v && *v)
+		fd_fail_copy = strtol(v, NULL, 10);
 }
 
 __attribute__((destructor)) static void fd_dump(void)
@@ -312,10 +320,8 @@ static struct stream *fd_s(void *s)
 	return s ? (struct stream *)s : &fd_null;
 }
 
-static CUresult fd_enqueue(struct stream *s, const struct op *o)
+static CUresult fd_push(struct stream *s, const struct op *o)
 {
-	if (fd_fail_copy && --fd_fail_copy == 0)
-		return E_INVALID;
 	if (s->n == s->cap) {
 		size_t cap = s->cap ? 2 * s->cap : 64;
 		struct op *q = realloc(s->q, cap * sizeof *q);
@@ -328,6 +334,13 @@ static CUresult fd_enqueue(struct stream *s, const struct op *o)
 	return 0;
 }
 
+static CUresult fd_enqueue(struct stream *s, const struct op *o)
+{
+	if (fd_fail_copy && --fd_fail_copy == 0)
+		return E_INVALID;
+	return fd_push(s, o);
+}
+
 /* Perform the queued ops before index `upto`. */
 static CUresult fd_run(struct stream *s, size_t upto)
 {
@@ -335,6 +348,11 @@ static CUresult fd_run(struct stream *s, size_t upto)
 
 	while (s->head < upto) {
 		struct op *o = &s->q[s->head++];
+		if (o->memset_v == -2) {
+			o->fn(o->arg);
+			free(o->arg);
+			continue;
+		}
 		if (o->memset_v >= 0) {
 			for (size_t y = 0; y < o->height; y++)
 				memset(o->dst + y * o->dpitch, o->memset_v, o->width);
@@ -372,11 +390,27 @@ API void fakedev_flush(void *stream)
 		s->err = err;
 }
 
+/* A stand-in kernel queued on the stream, run (fn(arg), then free(arg))
+ * in stream order when the program waits for the stream or an event
+ * recorded after it, as the device would: a copy of its results on
+ * another stream before that wait reads what was there before. 0, or -1
+ * (not queued; arg is the caller's). */
+API int fakedev_defer(void *stream, void (*fn)(void *), void *arg);
+API int fakedev_defer(void *stream, void (*fn)(void *), void *arg)
+{
+	struct op o = { 0 };
+
+	o.memset_v = -2;
+	o.fn = fn;
+	o.arg = arg;
+	return fd_push(fd_s(stream), &o) == 0 ? 0 : -1;
+}
+
 static CUresult fd_copy(void *stream, char *dst, int ddev, size_t dpitch,
 			const char *src, int sdev, size_t spitch, size_t w,
 			size_t h)
 {
-	struct op o = { dst, src, dpitch, spitch, w, h, -1 };
+	struct op o = { dst, src, dpitch, spitch, w, h, -1, NULL, NULL };
 
 	if (h > 1 && (dpitch < w || spitch < w)) {
 		fd_bad++;
@@ -423,7 +457,7 @@ API CUresult cuMemcpy2DAsync_v2(const struct m2d *c, void *s)
 API CUresult cuMemsetD8Async(CUdeviceptr d, unsigned char v, size_t n, void *s)
 {
 	CNT();
-	struct op o = { (char *)(uintptr_t)d, NULL, 0, 0, n, 1, v };
+	struct op o = { (char *)(uintptr_t)d, NULL, 0, 0, n, 1, v, NULL, NULL };
 
 	if (fd_check(o.dst, n, 1)) {
 		fd_bad++;
@@ -435,7 +469,7 @@ API CUresult cuMemsetD8Async(CUdeviceptr d, unsigned char v, size_t n, void *s)
 API CUresult cuMemsetD2D8Async(CUdeviceptr d, size_t pitch, unsigned char v,
 			       size_t w, size_t h, void *s)
 {
-	struct op o = { (char *)(uintptr_t)d, NULL, pitch, 0, w, h, v };
+	struct op o = { (char *)(uintptr_t)d, NULL, pitch, 0, w, h, v, NULL, NULL };
 
 	if (h && (fd_check(o.dst, (h - 1) * pitch + w, 1) || (h > 1 && pitch < w))) {
 		fd_bad++;

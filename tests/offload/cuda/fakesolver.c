@@ -7,7 +7,9 @@
  * functions too (fakedev_count) and whose queued copies a kernel performs
  * first (fakedev_flush), so that kernels run in stream order.
  *
- * Computed for real, in double precision: gemm (N/T), getrf (partial
+ * Computed for real: gemm in s, d, c, z with N/T/C (queued on the
+ * stream and run at the wait, as a kernel; FAKESOLVER_FAIL_GEMM=N makes
+ * the N-th fail), in double precision: getrf (partial
  * pivoting, LAPACK's pivot rule) and getrs ('N') in both the 32-bit and
  * the 64-bit API, potrf/potrs (lower and upper). syevd only counts: it
  * writes the diagonal as the eigenvalues and info 0 (its results are not
@@ -15,6 +17,7 @@
  * old library: the backend then says UNSUPPORTED and the CPU runs it.
  */
 #define _GNU_SOURCE
+#include <complex.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -55,36 +58,126 @@ API int cublasSetStream_v2(void *h, void *s) { CNT(); ((struct fh *)h)->stream =
 API int cublasSetPointerMode_v2(void *h, int m);
 API int cublasSetPointerMode_v2(void *h, int m) { CNT(); (void)h; return m == 0 ? 0 : 7; }
 
-static void fs_gemm(int ta, int tb, int64_t m, int64_t n, int64_t k,
-		    double al, const double *a, int64_t lda, const double *b,
-		    int64_t ldb, double be, double *c, int64_t ldc)
+/* gemm in any precision ('s' 'd' 'c' 'z'), computed in double complex
+ * and stored in the precision's type (exact for integer-valued operands
+ * of modest size); op 0 N, 1 T, 2 C (cuBLAS's values). Queued on the
+ * handle's stream and run at the program's wait (fakedev_defer), as a
+ * kernel on the device: a copy of C on another stream that does not wait
+ * for it reads C as it was. */
+struct fs_gemm {
+	char p;
+	int ta, tb;
+	int64_t m, n, k, lda, ldb, ldc;
+	double complex al, be;
+	const char *a, *b;
+	char *c;
+};
+
+static double complex fs_ld(char p, const char *base, int64_t idx)
 {
-	for (int64_t j = 0; j < n; j++)
-		for (int64_t i = 0; i < m; i++) {
-			double s = 0;
-			for (int64_t l = 0; l < k; l++) {
-				double x = ta ? a[i * lda + l] : a[l * lda + i];
-				double y = tb ? b[l * ldb + j] : b[j * ldb + l];
+	switch (p) {
+	case 's': return ((const float *)(const void *)base)[idx];
+	case 'd': return ((const double *)(const void *)base)[idx];
+	case 'c': return ((const float complex *)(const void *)base)[idx];
+	default: return ((const double complex *)(const void *)base)[idx];
+	}
+}
+
+static void fs_st(char p, char *base, int64_t idx, double complex v)
+{
+	switch (p) {
+	case 's': ((float *)(void *)base)[idx] = (float)creal(v); break;
+	case 'd': ((double *)(void *)base)[idx] = creal(v); break;
+	case 'c': ((float complex *)(void *)base)[idx] = (float complex)v; break;
+	default: ((double complex *)(void *)base)[idx] = v; break;
+	}
+}
+
+static void fs_gemm_run(void *arg)
+{
+	const struct fs_gemm *g = arg;
+
+	for (int64_t j = 0; j < g->n; j++)
+		for (int64_t i = 0; i < g->m; i++) {
+			double complex s = 0;
+			for (int64_t l = 0; l < g->k; l++) {
+				double complex x = g->ta ? fs_ld(g->p, g->a, i * g->lda + l) :
+						   fs_ld(g->p, g->a, l * g->lda + i);
+				double complex y = g->tb ? fs_ld(g->p, g->b, l * g->ldb + j) :
+						   fs_ld(g->p, g->b, j * g->ldb + l);
+				if (g->ta == 2)
+					x = conj(x);
+				if (g->tb == 2)
+					y = conj(y);
 				s += x * y;
 			}
-			c[j * ldc + i] = al * s + (be == 0 ? 0 : be * c[j * ldc + i]);
+			s *= g->al;
+			if (g->be != 0)
+				s += g->be * fs_ld(g->p, g->c, j * g->ldc + i);
+			fs_st(g->p, g->c, j * g->ldc + i, s);
 		}
 }
 
-API int cublasDgemm_v2_64(void *h, int ta, int tb, int64_t m, int64_t n,
-			  int64_t k, const double *al, const double *a,
-			  int64_t lda, const double *b, int64_t ldb,
-			  const double *be, double *c, int64_t ldc);
-API int cublasDgemm_v2_64(void *h, int ta, int tb, int64_t m, int64_t n,
-			  int64_t k, const double *al, const double *a,
-			  int64_t lda, const double *b, int64_t ldb,
-			  const double *be, double *c, int64_t ldc)
+int fakedev_defer(void *stream, void (*fn)(void *), void *arg);
+
+/* FAKESOLVER_FAIL_GEMM=N: the N-th gemm call fails (cuBLAS's execution
+ * failure), queueing nothing. */
+static long fs_fail_gemm = -1;
+
+static int fs_gemm(void *h, char p, int ta, int tb, int64_t m, int64_t n,
+		   int64_t k, const void *al, const void *a, int64_t lda,
+		   const void *b, int64_t ldb, const void *be, void *c,
+		   int64_t ldc)
 {
-	CNT();
-	fs_run(h);
-	fs_gemm(ta, tb, m, n, k, *al, a, lda, b, ldb, *be, c, ldc);
+	struct fs_gemm *g;
+
+	if (fs_fail_gemm < 0) {
+		const char *v = getenv("FAKESOLVER_FAIL_GEMM");
+		fs_fail_gemm = v && *v ? strtol(v, NULL, 10) : 0;
+	}
+	if (fs_fail_gemm > 0 && --fs_fail_gemm == 0)
+		return 13;
+	g = calloc(1, sizeof *g);
+	if (!g)
+		return 3;
+	g->p = p;
+	g->ta = ta;
+	g->tb = tb;
+	g->m = m;
+	g->n = n;
+	g->k = k;
+	g->lda = lda;
+	g->ldb = ldb;
+	g->ldc = ldc;
+	g->al = fs_ld(p, al, 0);
+	g->be = fs_ld(p, be, 0);
+	g->a = a;
+	g->b = b;
+	g->c = c;
+	if (fakedev_defer(((struct fh *)h)->stream, fs_gemm_run, g) != 0) {
+		free(g);
+		return 3;
+	}
 	return 0;
 }
+
+#define FS_GEMM(P, p)                                                          \
+API int cublas##P##gemm_v2_64(void *h, int ta, int tb, int64_t m, int64_t n,  \
+			      int64_t k, const void *al, const void *a,        \
+			      int64_t lda, const void *b, int64_t ldb,         \
+			      const void *be, void *c, int64_t ldc);           \
+API int cublas##P##gemm_v2_64(void *h, int ta, int tb, int64_t m, int64_t n,  \
+			      int64_t k, const void *al, const void *a,        \
+			      int64_t lda, const void *b, int64_t ldb,         \
+			      const void *be, void *c, int64_t ldc)            \
+{                                                                              \
+	CNT();                                                                 \
+	return fs_gemm(h, p, ta, tb, m, n, k, al, a, lda, b, ldb, be, c, ldc); \
+}
+FS_GEMM(S, 's')
+FS_GEMM(D, 'd')
+FS_GEMM(C, 'c')
+FS_GEMM(Z, 'z')
 
 /* ---- cuSOLVER ------------------------------------------------------------- */
 

@@ -8,12 +8,14 @@
  * the largest recent call: a loop of dgemm-sized calls (3 x 512 MiB)
  * allocates its buffers once and frees none, the cache shrinks once the
  * program left that size (also while a buffer is held across calls,
- * as lapack.c's kept workspace), the cap of a quarter of the device, and the
- * fixed bound of GPU_OFFLOAD_CUDA_POOL=fixed. Prints one
+ * as lapack.c's kept workspace), the cap of a quarter of the device, the
+ * fixed bound, and gpc_pool_start's reading of the device's size and of
+ * GPU_OFFLOAD_CUDA_POOL=fixed. Prints one
  * line per check and "poolunit: ok"; exit status 1 on the first failure
  * (tests/offload/test_offload_cuda.py runs it). The idle release (a
  * thread and 5 s) is checked on the GPU (tests/offload/cuda/device.sh).
  */
+#define _GNU_SOURCE
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -63,6 +65,13 @@ static gpc_res fake_free(gpc_dptr p)
 		}
 	fprintf(stderr, "poolunit: cuMemFree of %#llx, not allocated\n", p);
 	exit(1);
+}
+
+static gpc_res fake_info(size_t *f, size_t *t)
+{
+	*t = (size_t)dev_total;
+	*f = (size_t)(dev_total - dev_used);
+	return 0;
 }
 
 #define CHECK(c, what) do { if (!(c)) { \
@@ -186,6 +195,24 @@ int main(void)
 	for (int i = 0; i < 4; i++)
 		dgemm_call(512 * MB);
 	CHECK(allocs == 6 && frees == 4, "the fixed bound frees one buffer per call");
+	gpc_pool_release_all();
+
+	/* gpc_pool_start (the backend's start) asks the driver for the
+	 * device's size and reads GPU_OFFLOAD_CUDA_POOL. */
+	gpc_cu.MemGetInfo = fake_info;
+	unsetenv("GPU_OFFLOAD_CUDA_POOL");
+	CHECK(gpc_pool_start() == 0, "start");
+	allocs = frees = 0;
+	for (int i = 0; i < 4; i++)
+		dgemm_call(512 * MB);
+	CHECK(allocs == 3 && frees == 0, "started: the bound of the largest recent call");
+	gpc_pool_release_all();
+	setenv("GPU_OFFLOAD_CUDA_POOL", "fixed", 1);
+	CHECK(gpc_pool_start() == 0, "start, fixed");
+	allocs = frees = 0;
+	for (int i = 0; i < 4; i++)
+		dgemm_call(512 * MB);
+	CHECK(allocs == 6 && frees == 4, "GPU_OFFLOAD_CUDA_POOL=fixed: the fixed bound");
 	gpc_pool_release_all();
 	CHECK(dev_used == 0, "nothing left");
 	printf("poolunit: ok\n");

@@ -523,6 +523,56 @@ static void failures(void)
 	free(out2);
 }
 
+/* A staged result filled in parts (gpc_stage_open/part/close, the gemm
+ * pipeline's in-out C): nothing reaches the destination before close and
+ * commit, nothing of an unclosed one ever, and the parts land exactly;
+ * an injected failure of a part (the fake) leaves the destination. */
+static void stage_parts(void)
+{
+	const uint64_t w = 1000, rows = 20, p = 1024;
+	unsigned char *in = hbuf(rows * p, -1), *out = hbuf(rows * p, 0xa5);
+	gpc_dptr dev = dalloc(rows * p);
+
+	start("parts", 4096, 3, 2, 0, 0);
+	CHECK(gpc_h2d(dev, p, in, p, w, rows) == 0, "parts: h2d");
+	CHECK(gpc_stage_open(out, p, w, rows) == 0, "parts: open");
+	CHECK(gpc_stage_open(out, p, w, rows) == -1, "parts: a second open");
+	CHECK(gpc_stage_part(dev, p, 0, 7) == 0 &&
+	      gpc_stage_part(dev + 7 * p, p, 7, 8) == 0 &&
+	      gpc_stage_part(dev + 15 * p, p, 15, 5) == 0, "parts: parts");
+	CHECK(gpc_stage_part(dev, p, 15, 6) == -1, "parts: beyond the rows");
+	CHECK(all(out, rows * p, 0xa5), "parts: written before commit");
+	gpc_commit();
+	CHECK(all(out, rows * p, 0xa5), "parts: an open result committed");
+	CHECK(gpc_stage_close() == -1, "parts: closed after commit");
+	CHECK(gpc_stage_open(out, p, w, rows) == 0 &&
+	      gpc_stage_part(dev, p, 0, rows) == 0 && gpc_stage_close() == 0,
+	      "parts: whole");
+	CHECK(all(out, rows * p, 0xa5), "parts: written before commit");
+	gpc_commit();
+	CHECK(same(out, p, in, p, w, rows, 0xa5), "parts: commit");
+	memset(out, 0xa5, rows * p);
+	CHECK(gpc_stage_open(out, p, w, rows) == 0 &&
+	      gpc_stage_part(dev, p, 0, 10) == 0 && gpc_stage_close() == 0,
+	      "parts: half");
+	gpc_discard();
+	gpc_commit();
+	CHECK(all(out, rows * p, 0xa5), "parts: written after discard");
+	if (ctl) {
+		CHECK(gpc_stage_open(out, p, w, rows) == 0, "parts: open 3");
+		ctl("fail_exec", 1);
+		CHECK(gpc_stage_part(dev, p, 0, rows) == -1, "parts: failed part");
+		ctl("fail_exec", 0);
+		gpc_discard();
+		gpc_commit();
+		CHECK(all(out, rows * p, 0xa5), "parts: written after a failure");
+	}
+	stop("parts");
+	(void)gpc_cu.MemFree(dev);
+	free(in);
+	free(out);
+}
+
 int main(void)
 {
 	const char *why = NULL;
@@ -561,6 +611,19 @@ int main(void)
 	shapes("reg", 4096);
 	stop("reg");
 	prefaults();
+	stage_parts();
+	{       /* GPU_OFFLOAD_CUDA_PREFAULT=0 (the defaults' start reads it) */
+		struct gpc_xfault_stats fs;
+		setenv("GPU_OFFLOAD_CUDA_PREFAULT", "0", 1);
+		CHECK(gpc_xfer_start() == 0, "start without prefault");
+		gpc_xfault_stats(&fs);
+		CHECK(fs.workers == 0, "GPU_OFFLOAD_CUDA_PREFAULT=0: %d workers",
+		      fs.workers);
+		gpc_xfer_stop();
+		unsetenv("GPU_OFFLOAD_CUDA_PREFAULT");
+		CHECK(ntasks() == base_tasks, "no prefault: %d threads after stop",
+		      ntasks());
+	}
 	if (!get) {     /* a real GPU: the defaults too */
 		start("default", 0, 0, 0, 0, 0);
 		shapes("default", 16u << 20);
