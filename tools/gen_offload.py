@@ -41,7 +41,10 @@ import sys
 # in C expressions of the normalised call (m, n, k, nrhs; o0..o3 the
 # options in order, upper case). compare: val (compare values), vec
 # (vectors, defined up to a phase: not compared), piv (exact), lu (only
-# when the pivots agree). beta_nz: beta is not zero (gemm, symm, hemm
+# when the pivots agree). gesvd's and gesdd's A is in-out and not compared:
+# LAPACK destroys it (jobs other than 'O'), and callers test that it did
+# (SciPy's overwrite_a tests: the memory was reused), so the GPU's
+# destroyed A comes back too. beta_nz: beta is not zero (gemm, symm, hemm
 # read C only then: with beta = 0, C is a pure output, never copied in and
 # copied out straight into the caller's memory).
 
@@ -227,7 +230,7 @@ OPS = [
        {"sd": "jobu:c jobvt:c m:i n:i a:a lda:ld s:r u:a ldu:ld vt:a ldvt:ld work:a lwork:lw info:info",
         "cz": "jobu:c jobvt:c m:i n:i a:a lda:ld s:r u:a ldu:ld vt:a ldvt:ld work:a lwork:lw rwork:r info:info"},
        "4.0*m*n*(m<n?m:n)+((o0!='N'||o1!='N') ? 8.0*(m<n?m:n)*(m<n?m:n)*(m<n?m:n) : 0)",
-       [("a", "M", "m", "n", "1", "0", "val"),
+       [("a", "M", "m", "n", "1", "1", "vec"),
         ("s", "R", "(m<n?m:n)", "1", "0", "1", "val"),
         ("u", "M", "o0=='N'?0:m", "o0=='A'?m:o0=='S'?(m<n?m:n):0", "0", "1", "vec"),
         ("vt", "M", "o1=='A'?n:o1=='S'?(m<n?m:n):0", "o1=='N'?0:n", "0", "1", "vec")],
@@ -236,7 +239,7 @@ OPS = [
        {"sd": "jobz:c m:i n:i a:a lda:ld s:r u:a ldu:ld vt:a ldvt:ld work:a lwork:lw iwork:p info:info",
         "cz": "jobz:c m:i n:i a:a lda:ld s:r u:a ldu:ld vt:a ldvt:ld work:a lwork:lw rwork:r iwork:p info:info"},
        "4.0*m*n*(m<n?m:n)+(o0!='N' ? 8.0*(m<n?m:n)*(m<n?m:n)*(m<n?m:n) : 0)",
-       [("a", "M", "m", "n", "1", "0", "val"),
+       [("a", "M", "m", "n", "1", "1", "vec"),
         ("s", "R", "(m<n?m:n)", "1", "0", "1", "val"),
         ("u", "M", "o0=='N'?0:m", "o0=='A'?m:o0=='S'?(m<n?m:n):0", "0", "1", "vec"),
         ("vt", "M", "o0=='A'?n:o0=='S'?(m<n?m:n):0", "o0=='N'?0:n", "0", "1", "vec")],

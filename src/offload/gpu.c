@@ -357,6 +357,29 @@ static int gpo__host_work(struct gpo_fn *fn, struct gpo_ctx *x)
 	return 0;
 }
 
+/* LAPACK's ?gesdd (3.10 on) answers a NaN in A with info = -4, which
+ * callers turn into an error (SciPy: "... NaN"); cuSOLVER computes NaN
+ * singular values instead. So a NaN among the singular values (in the
+ * caller's memory: a pure output, already copied) sends the call to the
+ * CPU, which answers as its LAPACK does; ?gesvd the same way. */
+static int gpo__nan_sv(const struct gpo_fn *fn, const struct gpo_ctx *x)
+{
+	int64_t q;
+
+	if ((fn->op != GPO_OP_GESVD && fn->op != GPO_OP_GESDD) ||
+	    x->s.nbuf < 2 || x->s.b[1].kind != 'R' || !x->a.buf[1])
+		return 0;
+	q = x->s.b[1].rows;
+	for (int64_t i = 0; i < q; i++) {
+		double v = (fn->prec == 's' || fn->prec == 'c') ?
+			   (double)((const float *)x->a.buf[1])[i] :
+			   ((const double *)x->a.buf[1])[i];
+		if (v != v)
+			return 1;
+	}
+	return 0;
+}
+
 /* Caller holds gpo__lock. Device buffers in dev[]. */
 static int gpo__device_work(struct gpo_fn *fn, struct gpo_ctx *x, void **dev,
 			    int stage_only)
@@ -421,6 +444,8 @@ static int gpo__device_work(struct gpo_fn *fn, struct gpo_ctx *x, void **dev,
 	r = gpo__copy_out(fn, x, dev, stage_only);
 	if (r != 0)
 		return r;
+	if (!stage_only && gpo__nan_sv(fn, x))
+		return -1;      /* as a nonzero info: the CPU answers */
 	/* Every device step succeeded: now, and only now, the operands
 	 * that are also inputs reach the caller's memory. */
 	if (!stage_only)

@@ -427,8 +427,13 @@ static int gpc__gesvd(struct gpo_kernel *k, int dd)
 	if (jv != 'N' &&
 	    (rc = gpc_transpose(k->prec, n, u2cols, u2, n, DP(3), k->ld[3])) != 0)
 		goto out;
-	if (ju != 'N')
-		rc = gpc_transpose(k->prec, m, m, vt2, m, DP(2), k->ld[2]);
+	if (ju != 'N' &&
+	    (rc = gpc_transpose(k->prec, m, m, vt2, m, DP(2), k->ld[2])) != 0)
+		goto out;
+	/* LAPACK destroys A (the frontend copies it back, and callers test
+	 * that it changed): here A^H was factored in a copy, so what the
+	 * factorisation left of the copy goes back into A. */
+	rc = gpc_transpose(k->prec, n, m, at, n, DP(0), k->ld[0]);
 out:
 	/* The transposes may still read or write them. */
 	(void)gpc_sync();

@@ -372,6 +372,12 @@ static int k_gesvd(struct gpo_kernel *k, int dd)
 		for (int64_t j = 0; j < n; j++)
 			for (int64_t i = 0; i < vrows; i++)
 				set(&vt, i, j, m >= n ? conj(W_(v, q, j, i)) : conj(W_(g, p, j, i)));
+	/* LAPACK destroys A: leave the work matrix's first columns in it,
+	 * as a real library leaves its workspace (the frontend copies A
+	 * back; tests/offload/test_offload_svd.py). */
+	for (int64_t j = 0; j < n; j++)
+		for (int64_t i = 0; i < m; i++)
+			set(&a, i, j, m >= n ? W_(g, p, i, j) : W_(g, p, j, i));
 	free(g); free(v); free(s);
 	return 0;
 }
