@@ -26,7 +26,8 @@ CUDA_INCLUDE = pathlib.Path(os.environ.get("CUDA_INCLUDE", "/usr/local/cuda/incl
 def _build():
     F.build()
     subprocess.run(["make", "-C", str(F.REPO), "-s", "offload-cuda", "fakecuda",
-                    "offload-cuda-fakelibs", "offload-cuda-poolunit"],
+                    "offload-cuda-fakelibs", "offload-cuda-poolunit",
+                    "offload-cuda-xsmallunit"],
                    check=True, stdout=subprocess.DEVNULL)
 
 
@@ -124,6 +125,17 @@ def test_the_device_memory_pool():
                        capture_output=True, text=True)
     assert p.returncode == 0, p.stdout + p.stderr
     assert p.stdout.splitlines()[-1] == "poolunit: ok"
+
+
+def test_the_small_operand_arena():
+    """Operands released in any order: the others stay owned, and the
+    arena is empty again once all are (xsmallunit.c: xsmall.c against a
+    stand-in driver table; releasing the last operand first freed the one
+    before it, whose end is its start)."""
+    p = subprocess.run([str(F.T.parent / "offload" / "cuda-xsmallunit")],
+                       capture_output=True, text=True)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert p.stdout.splitlines()[-1] == "xsmallunit: ok"
 
 
 @pytest.mark.skipif(not (CUDA_INCLUDE / "cuda.h").exists(),

@@ -36,6 +36,10 @@ void *gpc_solver_sym(const char *name);
 /* pool.c: device memory, cached across calls. */
 int gpc_pool_alloc(gpc_dptr *p, uint64_t bytes);     /* 0 or -1 */
 void gpc_pool_free(gpc_dptr p);
+/* p (handed out) stays out across calls (lapack.c's kept workspace):
+ * it no longer counts in the bytes a call holds, so calls still end
+ * (the bound of the recent calls, pool.c). gpc_pool_free returns it. */
+void gpc_pool_hold(gpc_dptr p);
 uint64_t gpc_pool_cached(void);                      /* bytes held free */
 void gpc_pool_trim(uint64_t keep);                   /* free down to keep */
 /* The device's size in bytes (0: unknown) for the bound on cached

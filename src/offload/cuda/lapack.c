@@ -139,6 +139,7 @@ static int gpc__ws_get(struct gpc__ws *w)
 		gpc__wk.cap = 0;
 		if (!(gpc__wk.dev = gpc_scratch(w->dbytes)))
 			return -1;
+		gpc_pool_hold(gpc__wk.dev);     /* kept beyond this call */
 		gpc__wk.cap = w->dbytes ? w->dbytes : 1;
 	}
 	if (gpc__wk.hcap < w->hbytes) {

@@ -20,6 +20,7 @@
 #                        where cuda.h is found: CUDA_INCLUDE)
 #   offload-cuda-fakelibs stand-ins for cuBLAS/cuSOLVER (the search's tests)
 #   offload-cuda-poolunit the pool against a stand-in driver table
+#   offload-cuda-xsmallunit the small-operand arena against one
 #   lint-offload-cuda    cppcheck on it (part of `make lint`)
 
 CUDA_BE_SAVED_GOAL := $(.DEFAULT_GOAL)
@@ -96,10 +97,20 @@ $(B)/tests/offload/cuda-poolunit: tests/offload/cuda/poolunit.c src/offload/cuda
 .PHONY: offload-cuda-poolunit
 offload-cuda-poolunit: $(B)/tests/offload/cuda-poolunit
 
+# The small-operand arena against a stand-in driver table
+# (tests/offload/cuda/xsmallunit.c).
+$(B)/tests/offload/cuda-xsmallunit: tests/offload/cuda/xsmallunit.c src/offload/cuda/xsmall.c $(CUDA_BE_HDR)
+	@mkdir -p $(@D)
+	$(CC) $(WARN) $(CFLAGS) -Isrc/offload/cuda -Isrc/offload -I$(OFL_GEN) \
+	    -o $@ tests/offload/cuda/xsmallunit.c src/offload/cuda/xsmall.c
+.PHONY: offload-cuda-xsmallunit
+offload-cuda-xsmallunit: $(B)/tests/offload/cuda-xsmallunit
+
 # cppcheck on the backend (part of `make lint`).
 .PHONY: lint-offload-cuda
 lint: lint-offload-cuda
 lint-offload-cuda: $(OFL_GEN)/ops.h
 	cppcheck --quiet --error-exitcode=1 --enable=warning,portability \
 	  --std=c11 --inline-suppr -Isrc/offload/cuda -Isrc/offload -I$(OFL_GEN) \
-	  src/offload/cuda tests/offload/cuda/poolunit.c tests/offload/cuda/fakelibs.c
+	  src/offload/cuda tests/offload/cuda/poolunit.c tests/offload/cuda/xsmallunit.c \
+	  tests/offload/cuda/fakelibs.c

@@ -13,8 +13,9 @@
  * oldest are freed beyond it. That bound is what the largest of the last
  * GPC_POOL_CALLS calls had handed out at once (a "call" ends when no
  * buffer is handed out: the frontend releases every buffer of a call at
- * its end), at least GPC_POOL_KEEP_MIN (1 GiB, the seed's "scratch
- * released beyond 1 GB") and at most 1/GPC_POOL_CAP_DIV of the device's
+ * its end; a buffer held across calls, gpc_pool_hold, as lapack.c's kept
+ * workspace, counts in none), at least GPC_POOL_KEEP_MIN (1 GiB, the
+ * seed's "scratch released beyond 1 GB") and at most 1/GPC_POOL_CAP_DIV of the device's
  * memory (unknown size: GPC_POOL_KEEP_MIN). Why: a fixed 1 GiB made a
  * dgemm n = 8192 (3 x 512 MiB) free one buffer at the end of every call
  * and allocate it again in the next (cuMemFree synchronises the device);
@@ -82,6 +83,7 @@ struct gpc__blk {
 	uint64_t size;
 	uint64_t age;        /* when it was released (a counter) */
 	int used;            /* 1 handed out, 0 cached free; size 0: empty */
+	int held;            /* handed out across calls (gpc_pool_hold) */
 };
 
 static struct gpc__blk gpc__b[GPC_POOL_SLOTS];
@@ -142,7 +144,7 @@ static void gpc__drop(struct gpc__blk *b)
 	(void)gpc_cu.MemFree(b->p);
 	if (!b->used)
 		gpc__cached -= b->size;
-	else
+	else if (!b->held)
 		gpc__returned(b->size);
 	memset(b, 0, sizeof *b);
 }
@@ -216,7 +218,10 @@ static void gpc__free(gpc_dptr p)
 			b->used = 0;
 			b->age = ++gpc__clock;
 			gpc__cached += b->size;
-			gpc__returned(b->size);
+			if (b->held)
+				b->held = 0;    /* not counted in a call */
+			else
+				gpc__returned(b->size);
 			gpc__trim(gpc__keep());
 			return;
 		}
@@ -248,6 +253,23 @@ void gpc_pool_free(gpc_dptr p)
 	gpc__free(p);
 	gpc__last = gpc__now();
 	pthread_cond_signal(&gpc__cv);
+	pthread_mutex_unlock(&gpc__lock);
+}
+
+void gpc_pool_hold(gpc_dptr p)
+{
+	pthread_mutex_lock(&gpc__lock);
+	for (int i = 0; i < GPC_POOL_SLOTS; i++) {
+		struct gpc__blk *b = &gpc__b[i];
+		if (b->size && b->used && !b->held && b->p == p) {
+			/* Out of the running call's bytes (its peak keeps it):
+			 * else no call would end while it is out, and the
+			 * bound of the recent calls would never move. */
+			b->held = 1;
+			gpc__returned(b->size);
+			break;
+		}
+	}
 	pthread_mutex_unlock(&gpc__lock);
 }
 

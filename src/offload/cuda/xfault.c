@@ -157,6 +157,12 @@ void gpc_xfault_add(void *host, uint64_t pitch, uint64_t width,
 	span = (rows - 1) * pitch + width;
 	if (span < GPC_XFAULT_MIN)
 		return;
+	/* Rows a page or more apart (a block of a larger matrix): the span
+	 * holds whole pages that the copy never writes, and faulting them in
+	 * would grow the program's memory by up to pitch/width times the
+	 * result's. A hint only: the copy faults in its own pages. */
+	if (rows > 1 && pitch > width && pitch - width >= pg)
+		return;
 	/* Whole pages: populating a page the range shares with other data
 	 * changes none of it either. */
 	b = a + span;

@@ -34,7 +34,8 @@ void gpc_xfault_stop(void);
 /* Queue the host range of a 2-D copy destination (`rows` rows of `width`
  * bytes, `pitch` apart) for prefaulting and return at once. Ranges of at
  * least GPC_XFAULT_MIN bytes only (below that the copy's own faults cost
- * less than a hand-off); at most GPC_XFAULT_JOBS ranges between waits
+ * less than a hand-off) whose rows are less than a page apart (else the
+ * pages between them, never written, would be faulted in too); at most GPC_XFAULT_JOBS ranges between waits
  * (more are ignored). Never writes the memory; cannot fail. */
 #define GPC_XFAULT_MIN (4ull << 20)
 #define GPC_XFAULT_JOBS 8

@@ -104,7 +104,9 @@ static struct gpc__op *gpc__find(gpc_dptr p, uint64_t span)
 	for (int i = 0; i < GPC__OPS; i++) {
 		struct gpc__op *o = &gpc__s.op[i];
 		uint64_t at = p - gpc__s.dev;
-		if (o->size && at >= o->off && at - o->off <= o->size &&
+		/* at strictly inside: an operand's end is the next one's
+		 * start (release looks up with span 0). */
+		if (o->size && at >= o->off && at - o->off < o->size &&
 		    span <= o->size - (at - o->off))
 			return o;
 	}

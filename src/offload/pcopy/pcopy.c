@@ -70,7 +70,7 @@ static struct {
 	int cfg;
 	int threads;            /* wanted, the caller included; 0: off */
 	int threads_gpu;        /* wanted while the GPU computes */
-	int gpu;                /* gpo_pcopy_gpu: the GPU has started */
+	int gpu;                /* gpo_pcopy_gpu: the pid whose GPU started */
 	int atfork;             /* the child handler is registered */
 	/* workers: under the job lock */
 	int workers;            /* running (0 until the first job) */
@@ -94,7 +94,10 @@ int gpo_pcopy_cpus;
 
 void gpo_pcopy_gpu(int on)
 {
-	__atomic_store_n(&E.gpu, on ? 1 : 0, __ATOMIC_RELAXED);
+	/* The process whose GPU started: a fork child (which stays on the
+	 * CPU) must not take the GPU's count, also when no copy ran before
+	 * the fork (the atfork handler is registered at the first one). */
+	__atomic_store_n(&E.gpu, on ? (int)getpid() : 0, __ATOMIC_RELAXED);
 }
 
 static int64_t gpo__ns(void)
@@ -344,7 +347,7 @@ int gpo_pcopy(int64_t n, const void *x, int64_t incx, void *y, int64_t incy,
 {
 	uintptr_t xlo, xhi, ylo, yhi;
 	const char *x0, *y0;
-	int e, t, want, expect = 0;
+	int e, t, want, gpu, expect = 0;
 	int64_t chunk;
 	uint32_t g = 0;
 
@@ -370,7 +373,8 @@ int gpo_pcopy(int64_t n, const void *x, int64_t incx, void *y, int64_t incy,
 		errno = e;
 		return 0;
 	}
-	want = __atomic_load_n(&E.gpu, __ATOMIC_RELAXED) ? E.threads_gpu : E.threads;
+	gpu = __atomic_load_n(&E.gpu, __ATOMIC_RELAXED);
+	want = gpu && gpu == (int)getpid() ? E.threads_gpu : E.threads;
 	if (want > 1)
 		gpo__grow(want);
 	t = E.workers + 1 < want ? E.workers + 1 : want;

@@ -63,7 +63,8 @@ int gpo_pcopy(int64_t n, const void *x, int64_t incx, void *y, int64_t incy,
 extern int64_t gpo_pcopy_min_n;
 
 /* The policy says when this process's GPU starts (1) and stops (0);
- * the next job uses the count for that state. Lock-free, cheap. */
+ * the next job uses the count for that state (a fork child's the CPU
+ * count: it stays on the CPU). Lock-free, cheap. */
 void gpo_pcopy_gpu(int on);
 
 /* The CPUs the defaults are computed from; 0 (the default): the

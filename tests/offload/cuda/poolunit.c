@@ -7,8 +7,9 @@
  * everything freed at stop; then, the device's size known, the bound of
  * the largest recent call: a loop of dgemm-sized calls (3 x 512 MiB)
  * allocates its buffers once and frees none, the cache shrinks once the
- * program left that size, the cap of a quarter of the device, the fixed
- * bound, and gpc_pool_start's reading of the device's size and of
+ * program left that size (also while a buffer is held across calls,
+ * as lapack.c's kept workspace), the cap of a quarter of the device, the
+ * fixed bound, and gpc_pool_start's reading of the device's size and of
  * GPU_OFFLOAD_CUDA_POOL=fixed. Prints one
  * line per check and "poolunit: ok"; exit status 1 on the first failure
  * (tests/offload/test_offload_cuda.py runs it). The idle release (a
@@ -145,6 +146,35 @@ int main(void)
 	}
 	CHECK(gpc_pool_keep() == 1024 * MB && gpc_pool_cached() <= 1024 * MB &&
 	      frees >= 1, "eight small calls later the bound is 1 GiB again");
+	gpc_pool_release_all();
+
+	/* The same with a buffer held across calls (lapack.c's kept
+	 * workspace, gpc_pool_hold): the calls still end, so the cache
+	 * still shrinks once the program left the size. */
+	gpc_pool_configure(dev_total, 0);
+	allocs = frees = 0;
+	/* taken during a run, while the call's buffers are out */
+	CHECK(gpc_pool_alloc(&a, 512 * MB) == 0 && gpc_pool_alloc(&b, 512 * MB) == 0 &&
+	      gpc_pool_alloc(&c, 512 * MB) == 0 && gpc_pool_alloc(&d, 4 * MB) == 0,
+	      "a call that keeps a workspace");
+	gpc_pool_hold(d);
+	gpc_pool_free(a);
+	gpc_pool_free(b);
+	gpc_pool_free(c);
+	for (int i = 0; i < 9; i++)
+		dgemm_call(512 * MB);
+	CHECK(gpc_pool_keep() >= 1536 * MB && frees == 0,
+	      "with it held, the bound is at least the calls' 1.5 GiB");
+	for (int i = 0; i < 8; i++) {
+		CHECK(gpc_pool_alloc(&a, 1 * MB) == 0, "a small call");
+		gpc_pool_free(a);
+	}
+	CHECK(gpc_pool_keep() == 1024 * MB && gpc_pool_cached() <= 1024 * MB,
+	      "eight small calls later the bound is 1 GiB again, a workspace held");
+	gpc_pool_free(d);
+	CHECK(gpc_pool_alloc(&a, 1 * MB) == 0, "a small call after the workspace went back");
+	gpc_pool_free(a);
+	CHECK(gpc_pool_keep() == 1024 * MB, "and the bound stays 1 GiB");
 	gpc_pool_release_all();
 
 	/* Capped at a quarter of the device: 4 GiB -> 1 GiB. */

@@ -300,6 +300,26 @@ static void prefaults(void)
 	CHECK(gpc_d2h(fresh, p, dev, p, w, rows, 0) == 0 &&
 	      same(fresh, p, in, p, w, rows, 0), "prefault: d2h into it");
 
+	/* Rows a page or more apart (a block of a larger matrix): the
+	 * pages between them, which the copy out never writes, are not
+	 * faulted in (the program's memory would grow by pitch/width times
+	 * the result's). */
+	{
+		const uint64_t gp = 16 * pg, gr = (8ull << 20) / gp;
+		unsigned char *gap = mmap(NULL, gr * gp, PROT_READ | PROT_WRITE,
+					  MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+		CHECK(gap != MAP_FAILED, "prefault: mmap of a padded result");
+		if (gap != MAP_FAILED) {
+			gpc_prefault(gap, gp, pg, gr);
+			gpc_xfault_wait();
+			CHECK(resident(gap, gr * gp) <= (long)(2 * gr),
+			      "prefault: %ld pages of a result of %llu rows of "
+			      "one page each resident", resident(gap, gr * gp),
+			      (unsigned long long)gr);
+			munmap(gap, gr * gp);
+		}
+	}
+
 	/* Memory with contents, rows with padding: not a byte changes. */
 	copy = hbuf(rows * p, -1);
 	{

@@ -4,7 +4,8 @@
  * (src/offload/pcopy/module.mk): gpo_pcopy against a reference loop
  * (every element size, both signs on either side, sizes around the
  * slices' boundaries), several threads calling at once (one job at a
- * time: the others get 0 and copy by themselves), and a fork child.
+ * time: the others get 0 and copy by themselves), and fork children
+ * (one of a process whose GPU started before its first copy).
  * Prints "pcunit: N checks, M failed"; exits 1 if any failed.
  */
 #define _GNU_SOURCE
@@ -162,6 +163,26 @@ int main(void)
 	 * and 16 while the GPU has started (GPO_PCOPY_GPU_THREADS). */
 	gpo_pcopy_cpus = 32;
 	printf("pcunit: engine threads %d\n", gpo_pcopy_threads());
+#ifndef PCUNIT_NO_FORK
+	/* The GPU started before the first qualifying copy, then a fork:
+	 * the child stays on the CPU (its CPU library computes between the
+	 * copies), so its engine takes the CPU count. */
+	if (!getenv("GPU_OFFLOAD_COPY_THREADS")) {
+		gpo_pcopy_gpu(1);
+		pid = fork();
+		if (pid == 0) {
+			int t = 0, d = 0;
+			sweep(1, &t, &d);
+			CHECK(tasks() == GPO_PCOPY_DEFAULT_THREADS - 1, "child of a "
+			      "process whose GPU started: %d workers, want %d",
+			      tasks(), GPO_PCOPY_DEFAULT_THREADS - 1);
+			_exit(failed ? 1 : 0);
+		}
+		CHECK(pid > 0 && waitpid(pid, &st, 0) == pid && WIFEXITED(st) &&
+		      WEXITSTATUS(st) == 0, "fork child (GPU started) failed");
+		gpo_pcopy_gpu(0);
+	}
+#endif
 	sweep(1, &took, &declined);
 	CHECK(took > 0 || gpo_pcopy_threads() == 0, "nothing taken");
 	if (!getenv("GPU_OFFLOAD_COPY_THREADS")) {
