@@ -112,8 +112,15 @@ static struct {
 	size_t hcap;
 } gpc__wk;
 
+/* Bumped at every stop: the next start may be on another GPU (a give-back
+ * and a new lease), whose cuSOLVER may want other workspace sizes, so the
+ * sizes remembered below are then asked again (a size too small for the
+ * new device would let it write past the workspace). */
+static unsigned gpc__q_gen;
+
 void gpc_ws_forget(void)
 {
+	gpc__q_gen++;
 	if (gpc__wk.dev)
 		gpc_pool_free(gpc__wk.dev);
 	free(gpc__wk.host);
@@ -172,6 +179,7 @@ static void gpc__ws_put(struct gpc__ws *w)
  * the handle and the pointers). */
 struct gpc__q {
 	int have;
+	unsigned gen;           /* gpc__q_gen when answered */
 	int64_t key[8];
 	size_t dbytes, hbytes;
 };
@@ -179,7 +187,8 @@ struct gpc__q {
 static int gpc__q_hit(const struct gpc__q *q, const int64_t key[8],
 		      struct gpc__ws *w)
 {
-	if (!q->have || memcmp(q->key, key, sizeof q->key) != 0)
+	if (!q->have || q->gen != gpc__q_gen ||
+	    memcmp(q->key, key, sizeof q->key) != 0)
 		return 0;
 	w->dbytes = q->dbytes;
 	w->hbytes = q->hbytes;
@@ -192,6 +201,7 @@ static void gpc__q_put(struct gpc__q *q, const int64_t key[8],
 	memcpy(q->key, key, sizeof q->key);
 	q->dbytes = w->dbytes;
 	q->hbytes = w->hbytes;
+	q->gen = gpc__q_gen;
 	q->have = 1;
 }
 
