@@ -5,7 +5,8 @@
  * src/preload/compat.h; this library also calls dlsym and dladdr (which
  * libgpumutex.so exports itself and so never references), and the
  * pthread functions that moved into libc.so.6 with glibc 2.34 under a new
- * default version (pthread_once, the thread-specific keys); their old
+ * default version (pthread_once, the thread-specific keys, pthread_create,
+ * pthread_join, pthread_sigmask, pthread_attr_setstacksize); their old
  * versions remain as aliases there and live in libpthread.so.0 before.
  * src/offload/module.mk force-includes this into every object of the
  * library (-include), so that no file of either half can forget it.
@@ -24,6 +25,10 @@ __asm__(".symver pthread_once,pthread_once@GLIBC_2.2.5");
 __asm__(".symver pthread_key_create,pthread_key_create@GLIBC_2.2.5");
 __asm__(".symver pthread_getspecific,pthread_getspecific@GLIBC_2.2.5");
 __asm__(".symver pthread_setspecific,pthread_setspecific@GLIBC_2.2.5");
+__asm__(".symver pthread_create,pthread_create@GLIBC_2.2.5");
+__asm__(".symver pthread_join,pthread_join@GLIBC_2.2.5");
+__asm__(".symver pthread_sigmask,pthread_sigmask@GLIBC_2.2.5");
+__asm__(".symver pthread_attr_setstacksize,pthread_attr_setstacksize@GLIBC_2.2.5");
 #elif defined(__aarch64__)
 __asm__(".symver dlopen,dlopen@GLIBC_2.17");
 __asm__(".symver dlclose,dlclose@GLIBC_2.17");
@@ -35,6 +40,10 @@ __asm__(".symver pthread_once,pthread_once@GLIBC_2.17");
 __asm__(".symver pthread_key_create,pthread_key_create@GLIBC_2.17");
 __asm__(".symver pthread_getspecific,pthread_getspecific@GLIBC_2.17");
 __asm__(".symver pthread_setspecific,pthread_setspecific@GLIBC_2.17");
+__asm__(".symver pthread_create,pthread_create@GLIBC_2.17");
+__asm__(".symver pthread_join,pthread_join@GLIBC_2.17");
+__asm__(".symver pthread_sigmask,pthread_sigmask@GLIBC_2.17");
+__asm__(".symver pthread_attr_setstacksize,pthread_attr_setstacksize@GLIBC_2.17");
 #endif
 
 #endif

@@ -50,17 +50,6 @@
 #include "profile.h"
 #include "tracew.h"
 
-/* These have a GLIBC_2.34 default version on a new glibc; the library
- * must load on 2.17 (tools/gate.sh), where they are in libpthread (the
- * others the library uses are bound in src/offload/compat.h). */
-#if defined(__x86_64__)
-__asm__(".symver pthread_create,pthread_create@GLIBC_2.2.5");
-__asm__(".symver pthread_attr_setstacksize,pthread_attr_setstacksize@GLIBC_2.2.5");
-#elif defined(__aarch64__)
-__asm__(".symver pthread_create,pthread_create@GLIBC_2.17");
-__asm__(".symver pthread_attr_setstacksize,pthread_attr_setstacksize@GLIBC_2.17");
-#endif
-
 enum gpo__force { GPO__FORCE_NONE = 0, GPO__FORCE_CPU, GPO__FORCE_GPU };
 
 static pthread_mutex_t gpo__lock = PTHREAD_MUTEX_INITIALIZER;

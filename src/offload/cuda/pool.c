@@ -52,20 +52,6 @@
 #include "gpc.h"
 #include "xfer.h"
 
-/* Default versions of GLIBC_2.34 on a new glibc; the library must load on
- * 2.17 (tools/gate.sh), where they are in libpthread (as policy.c). */
-#if defined(__x86_64__)
-__asm__(".symver pthread_create,pthread_create@GLIBC_2.2.5");
-__asm__(".symver pthread_join,pthread_join@GLIBC_2.2.5");
-__asm__(".symver pthread_attr_setstacksize,pthread_attr_setstacksize@GLIBC_2.2.5");
-__asm__(".symver pthread_sigmask,pthread_sigmask@GLIBC_2.2.5");
-#elif defined(__aarch64__)
-__asm__(".symver pthread_create,pthread_create@GLIBC_2.17");
-__asm__(".symver pthread_join,pthread_join@GLIBC_2.17");
-__asm__(".symver pthread_attr_setstacksize,pthread_attr_setstacksize@GLIBC_2.17");
-__asm__(".symver pthread_sigmask,pthread_sigmask@GLIBC_2.17");
-#endif
-
 #define GPC_POOL_KEEP_MIN (1ull << 30)
 #define GPC_POOL_CALLS 8
 #define GPC_POOL_CAP_DIV 4

@@ -24,18 +24,6 @@
 
 #include "xfault.h"
 
-/* pthread_create/pthread_join/pthread_sigmask: the old versions (the
- * glibc 2.17 floor of tools/gate.sh), as xpool.c. */
-#if defined(__x86_64__)
-__asm__(".symver pthread_create,pthread_create@GLIBC_2.2.5");
-__asm__(".symver pthread_join,pthread_join@GLIBC_2.2.5");
-__asm__(".symver pthread_sigmask,pthread_sigmask@GLIBC_2.2.5");
-#elif defined(__aarch64__)
-__asm__(".symver pthread_create,pthread_create@GLIBC_2.17");
-__asm__(".symver pthread_join,pthread_join@GLIBC_2.17");
-__asm__(".symver pthread_sigmask,pthread_sigmask@GLIBC_2.17");
-#endif
-
 #ifndef MADV_POPULATE_WRITE
 #define MADV_POPULATE_WRITE 23  /* Linux 5.14 */
 #endif

@@ -18,19 +18,6 @@
 
 #include "xpool.h"
 
-/* pthread_create/pthread_join/pthread_sigmask moved into libc.so.6 with
- * glibc 2.34 under new default versions; bind the old ones (the glibc
- * 2.17 floor of tools/gate.sh), as compat.h does for pthread_once. */
-#if defined(__x86_64__)
-__asm__(".symver pthread_create,pthread_create@GLIBC_2.2.5");
-__asm__(".symver pthread_join,pthread_join@GLIBC_2.2.5");
-__asm__(".symver pthread_sigmask,pthread_sigmask@GLIBC_2.2.5");
-#elif defined(__aarch64__)
-__asm__(".symver pthread_create,pthread_create@GLIBC_2.17");
-__asm__(".symver pthread_join,pthread_join@GLIBC_2.17");
-__asm__(".symver pthread_sigmask,pthread_sigmask@GLIBC_2.17");
-#endif
-
 #define GPC_XPOOL_MAX 32
 /* Below this many bytes a copy runs on the caller alone: waking threads
  * costs more than it saves. */

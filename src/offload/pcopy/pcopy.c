@@ -36,17 +36,10 @@
 #include "lease.h"
 #include "pcopy.h"
 
-/* Default versions of GLIBC_2.34 on a new glibc; the library must load on
- * 2.17 (tools/gate.sh), where they are in libpthread (as policy.c). */
+/* (The pthread functions' old symbol versions: compat.h.) */
 #if defined(__x86_64__)
-__asm__(".symver pthread_create,pthread_create@GLIBC_2.2.5");
-__asm__(".symver pthread_attr_setstacksize,pthread_attr_setstacksize@GLIBC_2.2.5");
-__asm__(".symver pthread_sigmask,pthread_sigmask@GLIBC_2.2.5");
 #define gpo__pause() __builtin_ia32_pause()
 #elif defined(__aarch64__)
-__asm__(".symver pthread_create,pthread_create@GLIBC_2.17");
-__asm__(".symver pthread_attr_setstacksize,pthread_attr_setstacksize@GLIBC_2.17");
-__asm__(".symver pthread_sigmask,pthread_sigmask@GLIBC_2.17");
 #define gpo__pause() __asm__ __volatile__("yield" ::: "memory")
 #else
 #define gpo__pause() __asm__ __volatile__("" ::: "memory")
