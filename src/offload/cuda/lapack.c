@@ -27,7 +27,7 @@
  *
  * Workspaces: the size cuSOLVER asks for is remembered per function and
  * shape (the query is made once per shape); a workspace of at most
- * GPC__WS_KEEP bytes is kept between calls and grows when a call needs
+ * GPC_WS_KEEP bytes (lapack_ws.c) is kept between calls and grows when a call needs
  * more; a larger one comes from the pool for the call and goes back after
  * a wait (so that the pool's bound and idle release apply to it).
  *
@@ -47,6 +47,7 @@
 #include "gpc.h"
 #include "xfer.h"
 #include "xsmall.h"
+#include "lapack_ws.h"
 
 #define GPC__NOTFOUND ((void *)1)
 #define DP(i) ((gpc_dptr)(uintptr_t)k->buf[i])
@@ -92,119 +93,6 @@ static int gpc__ok(int st)
 	return st == GPC_BLAS_OK ? 0 : -1;
 }
 
-/* A generic-API workspace: device bytes, host bytes (most functions want
- * none). kept: the kept one (below), else the call's own. */
-struct gpc__ws {
-	gpc_dptr dev;
-	void *host;
-	size_t dbytes, hbytes;
-	int kept;
-};
-
-#define GPC__WS_KEEP ((size_t)4 << 20)
-
-/* The workspace kept between calls (from the pool, held; freed at stop:
- * gpc_ws_forget). */
-static struct {
-	gpc_dptr dev;
-	size_t cap;
-	void *host;
-	size_t hcap;
-} gpc__wk;
-
-/* Bumped at every stop: the next start may be on another GPU (a give-back
- * and a new lease), whose cuSOLVER may want other workspace sizes, so the
- * sizes remembered below are then asked again (a size too small for the
- * new device would let it write past the workspace). */
-static unsigned gpc__q_gen;
-
-void gpc_ws_forget(void)
-{
-	gpc__q_gen++;
-	if (gpc__wk.dev)
-		gpc_pool_free(gpc__wk.dev);
-	free(gpc__wk.host);
-	memset(&gpc__wk, 0, sizeof gpc__wk);
-}
-
-static int gpc__ws_get(struct gpc__ws *w)
-{
-	if (w->dbytes > GPC__WS_KEEP || w->hbytes > GPC__WS_KEEP) {
-		w->dev = gpc_scratch(w->dbytes);
-		w->host = w->hbytes ? malloc(w->hbytes) : NULL;
-		return w->dev && (!w->hbytes || w->host) ? 0 : -1;
-	}
-	w->kept = 1;
-	if (gpc__wk.cap < w->dbytes || !gpc__wk.dev) {
-		/* Grow: the old one may still be read by queued work, which
-		 * the wait lets finish. */
-		if (gpc__wk.dev) {
-			if (gpc_sync() != 0)
-				return -1;
-			gpc_pool_free(gpc__wk.dev);
-		}
-		gpc__wk.cap = 0;
-		if (!(gpc__wk.dev = gpc_scratch(w->dbytes)))
-			return -1;
-		gpc_pool_hold(gpc__wk.dev);     /* kept beyond this call */
-		gpc__wk.cap = w->dbytes ? w->dbytes : 1;
-	}
-	if (gpc__wk.hcap < w->hbytes) {
-		void *h;
-		if (gpc_sync() != 0 || !(h = malloc(w->hbytes)))
-			return -1;
-		free(gpc__wk.host);
-		gpc__wk.host = h;
-		gpc__wk.hcap = w->hbytes;
-	}
-	w->dev = gpc__wk.dev;
-	w->host = w->hbytes ? gpc__wk.host : NULL;
-	return 0;
-}
-
-static void gpc__ws_put(struct gpc__ws *w)
-{
-	if (!w->kept && (w->dev || w->host)) {
-		/* The call's own: back after the work that uses it. */
-		(void)gpc_sync();
-		if (w->dev)
-			gpc_pool_free(w->dev);
-		free(w->host);
-	}
-	memset(w, 0, sizeof *w);
-}
-
-/* The sizes a workspace query answered, for one function: the query is
- * made again only for another shape (key: every argument it takes but
- * the handle and the pointers). */
-struct gpc__q {
-	int have;
-	unsigned gen;           /* gpc__q_gen when answered */
-	int64_t key[8];
-	size_t dbytes, hbytes;
-};
-
-static int gpc__q_hit(const struct gpc__q *q, const int64_t key[8],
-		      struct gpc__ws *w)
-{
-	if (!q->have || q->gen != gpc__q_gen ||
-	    memcmp(q->key, key, sizeof q->key) != 0)
-		return 0;
-	w->dbytes = q->dbytes;
-	w->hbytes = q->hbytes;
-	return 1;
-}
-
-static void gpc__q_put(struct gpc__q *q, const int64_t key[8],
-		       const struct gpc__ws *w)
-{
-	memcpy(q->key, key, sizeof q->key);
-	q->dbytes = w->dbytes;
-	q->hbytes = w->hbytes;
-	q->gen = gpc__q_gen;
-	q->have = 1;
-}
-
 #define WS(w) (void *)(uintptr_t)(w).dev, (w).dbytes, (w).host, (w).hbytes
 
 static int gpc__fill(char c) { return c == 'U' ? GPC_FILL_UPPER : GPC_FILL_LOWER; }
@@ -215,9 +103,9 @@ static int gpc__getrf(struct gpo_kernel *k, int64_t m, int64_t n, gpc_dptr a,
 		      int64_t lda, gpc_dptr ipiv)
 {
 	static void *c_xbs, *c_x, *c_bs[4], *c_f[4];
-	static struct gpc__q q_x, q_l;
+	static struct gpc_wsq q_x, q_l;
 	int dt = gpc_dtype(k->prec, 0), rc = -1;
-	struct gpc__ws w = { 0 };
+	struct gpc_ws w = { 0 };
 	const int64_t key[8] = { m, n, lda, dt };
 
 	if (k->int64) {
@@ -225,14 +113,14 @@ static int gpc__getrf(struct gpo_kernel *k, int64_t m, int64_t n, gpc_dptr a,
 		gpc_xgetrf f = (gpc_xgetrf)gpc__sym(&c_x, "cusolverDnXgetrf");
 		if (!bs || !f)
 			return GPO_BE_UNSUPPORTED;
-		if (!gpc__q_hit(&q_x, key, &w)) {
+		if (!gpc_wsq_hit(&q_x, key, &w)) {
 			if (bs(gpc_st.solver, gpc_st.params, m, n, dt,
 			       (const void *)(uintptr_t)a, lda, dt, &w.dbytes,
 			       &w.hbytes) != 0)
 				return -1;
-			gpc__q_put(&q_x, key, &w);
+			gpc_wsq_put(&q_x, key, &w);
 		}
-		if (gpc__ws_get(&w) == 0)
+		if (gpc_ws_get(&w) == 0)
 			rc = gpc__ok(f(gpc_st.solver, gpc_st.params, m, n, dt,
 				       (void *)(uintptr_t)a, lda,
 				       (int64_t *)(uintptr_t)ipiv, dt, WS(w),
@@ -243,20 +131,20 @@ static int gpc__getrf(struct gpo_kernel *k, int64_t m, int64_t n, gpc_dptr a,
 		int lw = 0;
 		if (!bs || !f || !gpc__fits(m) || !gpc__fits(n) || !gpc__fits(lda))
 			return GPO_BE_UNSUPPORTED;
-		if (!gpc__q_hit(&q_l, key, &w)) {
+		if (!gpc_wsq_hit(&q_l, key, &w)) {
 			if (bs(gpc_st.solver, (int)m, (int)n, (void *)(uintptr_t)a,
 			       (int)lda, &lw) != 0 || lw < 0)
 				return -1;
 			w.dbytes = (size_t)lw * gpc_esize(k->prec, 0);
-			gpc__q_put(&q_l, key, &w);
+			gpc_wsq_put(&q_l, key, &w);
 		}
-		if (gpc__ws_get(&w) == 0)
+		if (gpc_ws_get(&w) == 0)
 			rc = gpc__ok(f(gpc_st.solver, (int)m, (int)n,
 				       (void *)(uintptr_t)a, (int)lda,
 				       (void *)(uintptr_t)w.dev,
 				       (int *)(uintptr_t)ipiv, gpc_small_info()));
 	}
-	gpc__ws_put(&w);
+	gpc_ws_put(&w);
 	return rc;
 }
 
@@ -299,24 +187,24 @@ static int gpc__potrf(struct gpo_kernel *k, char uplo, int64_t n, gpc_dptr a,
 	gpc_xpotrf_bs bs = (gpc_xpotrf_bs)gpc__sym(&c_bs, "cusolverDnXpotrf_bufferSize");
 	gpc_xpotrf f = (gpc_xpotrf)gpc__sym(&c_f, "cusolverDnXpotrf");
 	int dt = gpc_dtype(k->prec, 0), rc = -1;
-	struct gpc__ws w = { 0 };
-	static struct gpc__q q;
+	struct gpc_ws w = { 0 };
+	static struct gpc_wsq q;
 	const int64_t key[8] = { n, lda, dt, gpc__fill(uplo) };
 
 	if (!bs || !f)
 		return GPO_BE_UNSUPPORTED;
-	if (!gpc__q_hit(&q, key, &w)) {
+	if (!gpc_wsq_hit(&q, key, &w)) {
 		if (bs(gpc_st.solver, gpc_st.params, gpc__fill(uplo), n, dt,
 		       (const void *)(uintptr_t)a, lda, dt, &w.dbytes,
 		       &w.hbytes) != 0)
 			return -1;
-		gpc__q_put(&q, key, &w);
+		gpc_wsq_put(&q, key, &w);
 	}
-	if (gpc__ws_get(&w) == 0)
+	if (gpc_ws_get(&w) == 0)
 		rc = gpc__ok(f(gpc_st.solver, gpc_st.params, gpc__fill(uplo), n,
 			       dt, (void *)(uintptr_t)a, lda, dt, WS(w),
 			       gpc_small_info()));
-	gpc__ws_put(&w);
+	gpc_ws_put(&w);
 	return rc;
 }
 
@@ -345,25 +233,25 @@ static int gpc__syevd(struct gpo_kernel *k)
 	gpc_xsyevd f = (gpc_xsyevd)gpc__sym(&c_f, "cusolverDnXsyevd");
 	int dt = gpc_dtype(k->prec, 0), dw = gpc_dtype(k->prec, 1), rc = -1;
 	int jobz = k->opt[0] == 'V' ? GPC_EIG_VECTOR : GPC_EIG_NOVECTOR;
-	struct gpc__ws w = { 0 };
-	static struct gpc__q q;
+	struct gpc_ws w = { 0 };
+	static struct gpc_wsq q;
 	const int64_t key[8] = { k->n, k->ld[0], dt, dw, jobz, gpc__fill(k->opt[1]) };
 
 	if (!bs || !f)
 		return GPO_BE_UNSUPPORTED;
-	if (!gpc__q_hit(&q, key, &w)) {
+	if (!gpc_wsq_hit(&q, key, &w)) {
 		if (bs(gpc_st.solver, gpc_st.params, jobz, gpc__fill(k->opt[1]),
 		       k->n, dt, k->buf[0], k->ld[0], dw, k->buf[1], dt,
 		       &w.dbytes, &w.hbytes) != 0)
 			return -1;
-		gpc__q_put(&q, key, &w);
+		gpc_wsq_put(&q, key, &w);
 	}
-	if (gpc__ws_get(&w) == 0)
+	if (gpc_ws_get(&w) == 0)
 		rc = gpc__ok(f(gpc_st.solver, gpc_st.params, jobz,
 			       gpc__fill(k->opt[1]), k->n, dt, k->buf[0],
 			       k->ld[0], dw, k->buf[1], dt, WS(w),
 			       gpc_small_info()));
-	gpc__ws_put(&w);
+	gpc_ws_put(&w);
 	return rc;
 }
 
@@ -378,28 +266,28 @@ static int gpc__xgesvd(struct gpo_kernel *k, char ju, char jv, int64_t m,
 	gpc_xgesvd_bs bs = (gpc_xgesvd_bs)gpc__sym(&c_bs, "cusolverDnXgesvd_bufferSize");
 	gpc_xgesvd f = (gpc_xgesvd)gpc__sym(&c_f, "cusolverDnXgesvd");
 	int dt = gpc_dtype(k->prec, 0), dr = gpc_dtype(k->prec, 1), rc = -1;
-	struct gpc__ws w = { 0 };
+	struct gpc_ws w = { 0 };
 	void *A = (void *)(uintptr_t)a, *S = (void *)(uintptr_t)s,
 	     *U = (void *)(uintptr_t)u, *VT = (void *)(uintptr_t)vt;
 
 	if (!bs || !f)
 		return GPO_BE_UNSUPPORTED;
-	static struct gpc__q q;
+	static struct gpc_wsq q;
 	const int64_t key[8] = { m, n, lda, ldu, ldvt, dt, ju, jv };
 
-	if (!gpc__q_hit(&q, key, &w)) {
+	if (!gpc_wsq_hit(&q, key, &w)) {
 		if (bs(gpc_st.solver, gpc_st.params, (signed char)ju,
 		       (signed char)jv, m, n, dt, A, lda, dr, S, dt, U, ldu, dt,
 		       VT, ldvt, dt, &w.dbytes, &w.hbytes) != 0)
 			return -1;
-		gpc__q_put(&q, key, &w);
+		gpc_wsq_put(&q, key, &w);
 	}
-	if (gpc__ws_get(&w) == 0)
+	if (gpc_ws_get(&w) == 0)
 		rc = gpc__ok(f(gpc_st.solver, gpc_st.params, (signed char)ju,
 			       (signed char)jv, m, n, dt, A, lda, dr, S, dt, U,
 			       ldu, dt, VT, ldvt, dt, WS(w),
 			       gpc_small_info()));
-	gpc__ws_put(&w);
+	gpc_ws_put(&w);
 	return rc;
 }
 
@@ -465,24 +353,24 @@ static int gpc__geqrf(struct gpo_kernel *k, int64_t m, int64_t n, gpc_dptr a,
 	gpc_xgeqrf_bs bs = (gpc_xgeqrf_bs)gpc__sym(&c_bs, "cusolverDnXgeqrf_bufferSize");
 	gpc_xgeqrf f = (gpc_xgeqrf)gpc__sym(&c_f, "cusolverDnXgeqrf");
 	int dt = gpc_dtype(k->prec, 0), rc = -1;
-	struct gpc__ws w = { 0 };
+	struct gpc_ws w = { 0 };
 	void *A = (void *)(uintptr_t)a, *T = (void *)(uintptr_t)tau;
 
 	if (!bs || !f)
 		return GPO_BE_UNSUPPORTED;
-	static struct gpc__q q;
+	static struct gpc_wsq q;
 	const int64_t key[8] = { m, n, lda, dt };
 
-	if (!gpc__q_hit(&q, key, &w)) {
+	if (!gpc_wsq_hit(&q, key, &w)) {
 		if (bs(gpc_st.solver, gpc_st.params, m, n, dt, A, lda, dt, T,
 		       dt, &w.dbytes, &w.hbytes) != 0)
 			return -1;
-		gpc__q_put(&q, key, &w);
+		gpc_wsq_put(&q, key, &w);
 	}
-	if (gpc__ws_get(&w) == 0)
+	if (gpc_ws_get(&w) == 0)
 		rc = gpc__ok(f(gpc_st.solver, gpc_st.params, m, n, dt, A, lda,
 			       dt, T, dt, WS(w), gpc_small_info()));
-	gpc__ws_put(&w);
+	gpc_ws_put(&w);
 	return rc;
 }
 
