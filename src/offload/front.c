@@ -402,6 +402,9 @@ void gpo_end(struct gpo_fn *fn, struct gpo_ctx *x)
 	if (x->state == GPO_ST_PASS) {
 		/* secure-execution process, or inside the backend's start,
 		 * stop or memory call: not observed */
+	} else if (x->state == GPO_ST_NESTED && !gpo_policy_tracing()) {
+		/* Only counted (a CPU LAPACK's own BLAS calls: many). */
+		gpo_policy_count(GPO_R_NESTED);
 	} else if (x->state == GPO_ST_NESTED) {
 		struct gpo_decision d = { GPO_CPU, GPO_R_NESTED, 0, 0 };
 		memset(&x->c, 0, sizeof x->c);

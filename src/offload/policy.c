@@ -77,7 +77,7 @@ static struct {
 	int watching;
 	unsigned said;         /* bit per kind of message said once */
 	/* the summary */
-	uint64_t calls, decided, on_gpu, reasons[GPO_R_MAX];
+	uint64_t decided, on_gpu, reasons[GPO_R_MAX];
 	double gpu_s, saved_s, startup_s;
 } gpo__p;
 
@@ -144,7 +144,7 @@ static void gpo__child(void)
 	gpo__p.watching = 0;
 	gpo__p.inflight = 0;
 	gpo__p.draining = 0;
-	gpo__p.calls = gpo__p.decided = gpo__p.on_gpu = 0;
+	gpo__p.decided = gpo__p.on_gpu = 0;
 	memset(gpo__p.reasons, 0, sizeof gpo__p.reasons);
 	gpo__p.gpu_s = gpo__p.saved_s = gpo__p.startup_s = 0;
 }
@@ -561,7 +561,6 @@ int gpo_policy_tracing(void)
 
 void gpo_policy_count(unsigned reason)
 {
-	__atomic_fetch_add(&gpo__p.calls, 1, __ATOMIC_RELAXED);
 	if (reason < GPO_R_MAX)
 		__atomic_fetch_add(&gpo__p.reasons[reason], 1, __ATOMIC_RELAXED);
 }
@@ -580,7 +579,6 @@ void gpo_policy_observe(const struct gpo_call *c,
 		  r == GPO_R_WORKSPACE || r == GPO_R_MEASURED ||
 		  r == GPO_R_UNSUPPORTED || r == GPO_R_COPY_ENGINE;
 
-	__atomic_fetch_add(&gpo__p.calls, 1, __ATOMIC_RELAXED);
 	if (r < GPO_R_MAX)
 		__atomic_fetch_add(&gpo__p.reasons[r], 1, __ATOMIC_RELAXED);
 	if (own && device == GPO_CPU &&
@@ -624,15 +622,19 @@ void gpo_policy_observe(const struct gpo_call *c,
 static void gpo__summary(void)
 {
 	char line[1024];
+	uint64_t calls = 0;
 	size_t n;
 
 	/* Read without the lock: at exit another thread may hold it for
 	 * good (stopped in a GPU start), and a summary must not hang the
-	 * exit; a count off by one is harmless here. */
+	 * exit; a count off by one is harmless here. Every call counts in
+	 * exactly one reason (one atomic add per call, not two). */
+	for (unsigned r = 0; r < GPO_R_MAX; r++)
+		calls += __atomic_load_n(&gpo__p.reasons[r], __ATOMIC_RELAXED);
 
 	n = (size_t)snprintf(line, sizeof line,
 			     "gpu-offload: summary: %llu calls seen, %llu decided, %llu offloaded (GPU %.3f s, start-up %.3f s), predicted time saved %.3f s; reasons:",
-			     (unsigned long long)gpo__p.calls,
+			     (unsigned long long)calls,
 			     (unsigned long long)gpo__p.decided,
 			     (unsigned long long)gpo__p.on_gpu, gpo__p.gpu_s,
 			     gpo__p.startup_s, gpo__p.saved_s - gpo__p.startup_s);
