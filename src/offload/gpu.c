@@ -16,7 +16,9 @@
  *
  * fork: a CUDA context does not survive fork(). Once the backend started,
  * a fork handler marks the child, which never touches the backend again
- * (not even to stop it) and stays on the CPU.
+ * (not even to stop it) and stays on the CPU. The handlers are registered
+ * by the policy (gpo_gpu_atfork, policy.h), just before its own, so that
+ * a fork takes the policy's lock before this one, as every call does.
  *
  * The copy flow of one call, and its invariant: the caller's memory is
  * unchanged unless every device step succeeded, except pure outputs
@@ -77,6 +79,14 @@ static void gpo__child(void)
 	if (gpo__started)
 		gpo__forked = 1;
 	gpo__started = 0;
+}
+
+void gpo_gpu_atfork(void)
+{
+	if (!gpo__atfork) {
+		gpo__atfork = 1;
+		pthread_atfork(gpo__prepare, gpo__parent, gpo__child);
+	}
 }
 
 static int gpo__decline(int reason)
@@ -185,10 +195,6 @@ int gpo_gpu_start(void)
 	} else {
 		gpo__started = 1;
 		gpo_pcopy_gpu(1);       /* the copy engine may use more threads */
-		if (!gpo__atfork) {
-			gpo__atfork = 1;
-			pthread_atfork(gpo__prepare, gpo__parent, gpo__child);
-		}
 	}
 	pthread_mutex_unlock(&gpo__lock);
 	errno = e;

@@ -205,6 +205,7 @@ static void gpo__init(void)
 		gpo__p.summary = 1;
 		atexit(gpo__summary);
 	}
+	gpo_gpu_atfork();       /* first: see policy.h */
 	pthread_atfork(gpo__prepare, gpo__parent, gpo__child);
 	/* Last: observe's lock-free path reads the settings once it sees
 	 * this. */

@@ -123,6 +123,14 @@ void gpo_policy_count(unsigned reason);
  * (context, handles). Returns 0, or a GPO_R_* reason (GPO_R_NO_BACKEND,
  * GPO_R_FORKED, ...) after printing one line on stderr the first time. */
 int gpo_gpu_start(void);
+
+/* Register the GPU boundary's fork handlers (once). The policy calls it
+ * just before registering its own: fork runs prepare handlers in the
+ * reverse order of registration, so the policy's lock is then taken
+ * before the boundary's, the order every call takes them in (the
+ * policy's decision reads the backend's free memory, its give-back stops
+ * the backend); the other order deadlocks a fork against such a call. */
+void gpo_gpu_atfork(void);
 /* Stop using the GPU: release device memory, handles and the context, so
  * that the lease can be given back. Safe when not started. */
 void gpo_gpu_stop(void);

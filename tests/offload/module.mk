@@ -5,6 +5,7 @@
 OFL_TCC = $(CC) $(WARN) $(CFLAGS) -Wno-strict-prototypes
 OFL_TESTS := $(OFL_T)/opcheck $(OFL_T)/libbadabi.so $(OFL_T)/forkcheck \
              $(OFL_T)/securecheck $(OFL_T)/threadcheck $(OFL_T)/sitecheck \
+             $(OFL_T)/forkrace \
              $(OFL_T)/libdlcount.so
 
 $(OFL_T)/opcheck: $(OFL_TSRC)/opcheck.c $(OFL_TSRC)/opcheck_lapack.c $(OFL_TSRC)/opcheck.h
@@ -18,6 +19,10 @@ $(OFL_T)/securecheck: $(OFL_TSRC)/securecheck.c
 $(OFL_T)/threadcheck: $(OFL_TSRC)/threadcheck.c
 	@mkdir -p $(@D)
 	$(OFL_TCC) -pthread -o $@ $< -Wl,--no-as-needed -l:libblas.so.3 -ldl -lm
+
+$(OFL_T)/forkrace: $(OFL_TSRC)/forkrace.c
+	@mkdir -p $(@D)
+	$(OFL_TCC) -pthread -o $@ $< -Wl,--no-as-needed -l:libblas.so.3 -ldl
 
 $(OFL_T)/sitecheck: $(OFL_TSRC)/sitecheck.c
 	@mkdir -p $(@D)

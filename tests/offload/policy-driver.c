@@ -50,6 +50,10 @@ static int (*cu_destroy)(void *);
 static void *ctx;
 static int starts, stops;
 
+void gpo_gpu_atfork(void)
+{
+}
+
 int gpo_gpu_start(void)
 {
 	const char *b = getenv("POLICY_DRIVER_BACKEND");

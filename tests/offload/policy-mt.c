@@ -16,6 +16,10 @@ const char *gpo_op_name(unsigned op)
 	return "gemm";
 }
 
+void gpo_gpu_atfork(void)
+{
+}
+
 int gpo_gpu_start(void)
 {
 	return 0;

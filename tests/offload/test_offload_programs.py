@@ -105,6 +105,22 @@ def test_forked_child_stays_on_the_cpu(tmp_path):
     assert len(F.runs(tmp_path)) == 1
 
 
+def test_forks_beside_gpu_calls_do_not_deadlock(tmp_path):
+    """2000 forks while another thread's calls go to the GPU, each
+    decided under the policy's lock, which then takes the GPU boundary's
+    (GPU_OFFLOAD_MEM_MS=0: the free memory read on every call). The fork
+    handlers took the two locks in the other order: deadlocked within a
+    few forks (the time limit then fails the test)."""
+    try:
+        p = subprocess.run([str(F.T / "forkrace")],
+                           env=F.env(tmp_path, "gpu", GPU_OFFLOAD_MEM_MS=0),
+                           capture_output=True, text=True, timeout=120)
+    except subprocess.TimeoutExpired:
+        pytest.fail("forkrace did not finish: a fork deadlocked")
+    assert p.returncode == 0 and p.stdout == "forkrace ok 2000\n", p.stdout + p.stderr
+    assert F.runs(tmp_path), "no call reached the (test) GPU"
+
+
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root (a set-user-ID program)")
 def test_secure_execution_ignores_the_environment(request):
     """A set-user-ID root program run by uid 4001 (AT_SECURE), with the
