@@ -73,6 +73,17 @@ def journal(tmp):
     return [line.split() for line in p.read_text().splitlines()]
 
 
+def opcheck_ref(tmp, *args):
+    """opcheck's results without the library (the reference the GPU
+    path's are compared with), in tmp/ref; args: its prefix, if any."""
+    out = pathlib.Path(tmp) / "ref"
+    out.mkdir()
+    p = subprocess.run([str(T / "opcheck"), str(out), *args], env=env(tmp),
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0 and p.stderr == "", p.stdout + p.stderr
+    return out
+
+
 def runs(tmp):
     """(op number, precision, int64) of every kernel the backend ran."""
     return [(int(r[1]), r[2], int(r[7])) for r in journal(tmp) if r[0] == "run"]

@@ -83,13 +83,7 @@ def _run(tmp_path, env, prefix, hide=False, cmd=None):
 
 @pytest.fixture(scope="module")
 def ref(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("ref")
-    out = tmp / "ref"
-    out.mkdir()
-    p = subprocess.run([OPCHECK, str(out), "d"], env=F.env(tmp), capture_output=True,
-                       text=True, timeout=300)
-    assert p.returncode == 0 and p.stderr == ""
-    return out
+    return F.opcheck_ref(tmp_path_factory.mktemp("ref"), "d")
 
 
 def _declined(p, out, ref, says):

@@ -31,13 +31,7 @@ def opcheck(tmp_path, tag, env, prefix):
 
 @pytest.fixture(scope="module")
 def ref(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("ref")
-    out = tmp / "ref"
-    out.mkdir()
-    p = subprocess.run([OPCHECK, str(out)], env=F.env(tmp),
-                       capture_output=True, text=True, timeout=300)
-    assert p.returncode == 0 and p.stderr == "", p.stdout + p.stderr
-    return out
+    return F.opcheck_ref(tmp_path_factory.mktemp("ref"))
 
 
 def to_host(tmp):
