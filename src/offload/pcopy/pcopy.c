@@ -367,7 +367,15 @@ int gpo_pcopy(int64_t n, const void *x, int64_t incx, void *y, int64_t incy,
 		return 0;
 	}
 	gpu = __atomic_load_n(&E.gpu, __ATOMIC_RELAXED);
-	want = gpu && gpu == (int)getpid() ? E.threads_gpu : E.threads;
+	if (gpu && E.threads_gpu > E.tried && gpu != (int)getpid()) {
+		/* A fork child of a process whose GPU started before its first
+		 * copy (no atfork handler then, which resets the flag in every
+		 * later child): it stays on the CPU. Asked only before workers
+		 * would be created, so getpid stays off the per-call path. */
+		__atomic_store_n(&E.gpu, 0, __ATOMIC_RELAXED);
+		gpu = 0;
+	}
+	want = gpu ? E.threads_gpu : E.threads;
 	if (want > 1)
 		gpo__grow(want);
 	t = E.workers + 1 < want ? E.workers + 1 : want;
