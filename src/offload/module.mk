@@ -106,16 +106,26 @@ $(OFL_T)/libbadabi.so: $(OFL_BE_SRC) $(OFL_BE_HDR)
 # links the system's libblas.so.3; where there is none (the GPU machine's
 # pip-only Python), it says so and the rest of the benchmark still runs.
 .PHONY: bench-offload-small
+# With liblapack.so.3 where it links (the LAPACK cases), else BLAS alone.
 $(B)/bench/offload_small: bench/offload_small.c
 	@mkdir -p $(@D)
+	$(CC) $(WARN) $(CFLAGS) -DHAVE_LAPACK -o $@ $< -Wl,--no-as-needed \
+	    -l:liblapack.so.3 -l:libblas.so.3 -lm 2>/dev/null || \
 	$(CC) $(WARN) $(CFLAGS) -o $@ $< -Wl,--no-as-needed -l:libblas.so.3
 
+# BENCH_OFFLOAD_BASE=PATH (another build of the library, e.g. main's)
+# adds its column: before and after in one run.
 bench-offload-small: $(OFL_LIB)
 	@if $(MAKE) -s $(B)/bench/offload_small >/dev/null 2>&1; then \
 	    $(B)/bench/offload_small > $(B)/bench/offload_small.plain && \
 	    LD_PRELOAD=$(abspath $(OFL_LIB)) $(B)/bench/offload_small > $(B)/bench/offload_small.preloaded && \
+	    if [ -n "$(BENCH_OFFLOAD_BASE)" ]; then \
+	    LD_PRELOAD=$(abspath $(BENCH_OFFLOAD_BASE)) $(B)/bench/offload_small > $(B)/bench/offload_small.base && \
+	    paste $(B)/bench/offload_small.plain $(B)/bench/offload_small.base $(B)/bench/offload_small.preloaded | \
+	    awk '{ printf "%-16s without %6.1f ns, base %6.1f ns (+%.1f), with libgpuoffload.so %6.1f ns: +%.1f ns per call\n", $$1, $$2, $$4, $$4 - $$2, $$6, $$6 - $$2 }'; \
+	    else \
 	    paste $(B)/bench/offload_small.plain $(B)/bench/offload_small.preloaded | \
-	    awk '{ printf "%-14s without %6.1f ns, with libgpuoffload.so %6.1f ns: +%.1f ns per call\n", $$1, $$2, $$4, $$4 - $$2 }'; \
+	    awk '{ printf "%-16s without %6.1f ns, with libgpuoffload.so %6.1f ns: +%.1f ns per call\n", $$1, $$2, $$4, $$4 - $$2 }'; fi; \
 	else echo "bench-offload: the small-call part skipped: bench/offload_small.c does not link (no libblas.so.3)"; fi
 
 # ---- Lint: cppcheck on the frontend's files (part of `make lint`) ----------
