@@ -335,38 +335,65 @@ def gen_wrapper(op, p, scheme, cblas, w):
     plist = ", ".join(params)
     names = ", ".join([a for a, _ in args] + [f"l_{s}" for s in strs])
     cplx = p in "cz"
-    body = []
-    body.append(f"GPO_EXPORT {ret} {name}({plist});")
-    body.append(f"{ret} {name}({plist})")
-    body.append("{")
-    body.append(f"\ttypedef {ret} (*real_t)({plist});")
-    body.append(f"\tstatic struct gpo_fn fn = {{ \"{name}\", {op.num}, '{p}', "
-                f"{1 if cblas else 0}, {1 if i64 else 0}, {{{{0, 0}}}} }};")
-    body.append("\tstruct gpo_ctx gx;")
-    if ret != "void":
-        body.append(f"\t{ret} r = 0;")
+    # Two functions: the exported wrapper is the light path alone (small
+    # frame, no call of ours on it); the full path is a separate function
+    # it calls otherwise, with the call site, so that the light path pays
+    # none of the full path's stack frame and saved registers.
+    full = f"{name}__full"
+    site_p = f"{plist}, const void *site" if plist else "const void *site"
+    light = []
+    light.append(f"typedef {ret} (*{name}__real_t)({plist});")
+    light.append(f"static struct gpo_fn {name}__fn = {{ \"{name}\", {op.num}, '{p}', "
+                 f"{1 if cblas else 0}, {1 if i64 else 0}, {{{{0, 0}}}} }};")
+    light.append(f"static __attribute__((noinline)) {ret} {full}({site_p});")
+    light.append(f"GPO_EXPORT {ret} {name}({plist});")
+    light.append(f"{ret} {name}({plist})")
+    light.append("{")
+    # The light path (frontend.h): a nested call of any operation, and a
+    # level 1/2 call (the GPU never takes those) below the size threshold
+    # (numpy makes one ?copy per matrix column), go straight to the CPU
+    # library, counted; everything inlined, no call of ours.
+    cond = "t->depth > 0"
     if op.measure:
-        # The light path (front.c, gpo_light_begin): a call the GPU never
-        # takes, below the size threshold and untraced, goes straight to
-        # the CPU library (numpy makes one ?copy per matrix column).
         d = "" if by_value else "*"
         fl = re.sub(r"\b([mnk])\b", lambda m_: f"(double)({d}{m_.group(1)})",
                     op.flops)
-        body.append(f"\treal_t real = (real_t)gpo_light_begin(&fn, "
-                    f"__builtin_return_address(0), {fl});")
-        body.append("\tif (real) {")
-        if ret == "void":
-            body.append(f"\t\treal({names});")
-            body.append("\t\tgpo_light_end();")
-            body.append("\t\treturn;")
-        else:
-            body.append(f"\t\t{ret} lr = real({names});")
-            body.append("\t\tgpo_light_end();")
-            body.append("\t\treturn lr;")
-        body.append("\t}")
-        body.append("\treal = (real_t)gpo_begin(&fn, &gx, __builtin_return_address(0));")
+        lim = "gpo_fast_copy_min" if op.name == "copy" else "gpo_fast_min"
+        cond = f"t->depth > 0 || {fl} < {lim}"
+    light.append("\tstruct gpo_tls *t = &gpo_tls;")
+    light.append(f"\tif (gpo_fast_on() && !t->quiet && ({cond})) {{")
+    light.append(f"\t\t{name}__real_t real = ({name}__real_t)gpo_fast_real("
+                 f"&{name}__fn, __builtin_return_address(0));")
+    light.append("\t\tif (__builtin_expect(real != NULL, 1)) {")
+    light.append("\t\t\tgpo_count(t, t->depth > 0 ? GPO_R_NESTED : GPO_R_SMALL);")
+    light.append("\t\t\tt->depth++;")
+    if ret == "void":
+        light.append(f"\t\t\treal({names});")
+        light.append("\t\t\tt->depth--;")
+        light.append("\t\t\treturn;")
     else:
-        body.append("\treal_t real = (real_t)gpo_begin(&fn, &gx, __builtin_return_address(0));")
+        light.append(f"\t\t\t{ret} lr = real({names});")
+        light.append("\t\t\tt->depth--;")
+        light.append("\t\t\treturn lr;")
+    light.append("\t\t}")
+    light.append("\t}")
+    call_full = f"{full}({names + ', ' if names else ''}__builtin_return_address(0))"
+    if ret == "void":
+        light.append(f"\t{call_full};")
+    else:
+        light.append(f"\treturn {call_full};")
+    light.append("}")
+    w.append("\n".join(light) + "\n")
+
+    body = []
+    body.append(f"static {ret} {full}({site_p})")
+    body.append("{")
+    body.append(f"\ttypedef {name}__real_t real_t;")
+    body.append(f"\tstruct gpo_fn *const fnp = &{name}__fn;")
+    body.append("\tstruct gpo_ctx gx;")
+    if ret != "void":
+        body.append(f"\t{ret} r = 0;")
+    body.append("\treal_t real = (real_t)gpo_begin(fnp, &gx, site);")
     body.append("\tif (gx.state == GPO_ST_FILL) {")
     # Fill the normalised arguments.
     ci = 0
@@ -408,7 +435,7 @@ def gen_wrapper(op, p, scheme, cblas, w):
                 body.append(f"\t\tgx.a.buf[{bi[a]}] = (void *){a};")
         elif k == "info":
             body.append(f"\t\tgx.a.info = {a};")
-    body.append("\t\tgpo_run(&fn, &gx);")
+    body.append("\t\tgpo_run(fnp, &gx);")
     done = "gx.state != GPO_ST_DONE"
     if op.name == "copy":
         # The CPU copy engine (src/offload/pcopy/) takes the strided
@@ -443,7 +470,7 @@ def gen_wrapper(op, p, scheme, cblas, w):
         body.append(f"\t\treal({', '.join(qnames)});")
         body.append("\t\t(void)qi;")
     body.append("\t}")
-    body.append("\tgpo_end(&fn, &gx);")
+    body.append("\tgpo_end(fnp, &gx);")
     if ret != "void":
         body.append("\treturn r;")
     body.append("}")

@@ -22,26 +22,25 @@
 #include "lease.h"
 #include "pcopy/pcopy.h"
 
-#define TLS_IE __attribute__((tls_model("initial-exec")))
-
-/* Calls of this thread inside a wrapper: nested calls (a CPU LAPACK
- * routine calling BLAS, a backend calling host BLAS) pass straight
- * through and are never decided again. */
-static __thread int gpo__depth TLS_IE;
-/* Inside the backend's start, stop or memory call, which the policy makes
- * under its own lock: a BLAS call from there (a backend's library calling
- * host BLAS) passes straight through without the policy (whose lock this
- * thread holds). */
-static __thread int gpo__quiet TLS_IE;
+/* This thread's depth (calls inside a wrapper: nested calls, a CPU
+ * LAPACK routine calling BLAS or a backend calling host BLAS, pass
+ * straight through and are never decided again) and quiet count (inside
+ * the backend's start, stop or memory call, which the policy makes under
+ * its own lock: a BLAS call from there passes straight through without
+ * the policy, whose lock this thread holds) are gpo_tls's (count.h): one
+ * block with the thread's counts. */
 
 void gpo_quiet(int on)
 {
-	gpo__quiet += on ? 1 : -1;
+	gpo_tls.quiet += on ? 1 : -1;
 }
 
 int gpo_verify_mode;
 static double gpo__min_flops = 1e6;
 static int gpo__config_state;   /* 0 unread, 1 being read, 2 read */
+double gpo_fast_min, gpo_fast_copy_min;
+
+static int gpo__secure(void);
 
 static void gpo__config(void)
 {
@@ -68,6 +67,14 @@ static void gpo__config(void)
 	s = getenv("GPU_OFFLOAD_VERIFY");
 	gpo_verify_mode = s && s[0] == '1' && !s[1];
 	__atomic_store_n(&gpo__config_state, 2, __ATOMIC_RELEASE);
+	/* The light path's thresholds, then its gate (count.h): never for
+	 * a secure-execution process (its calls pass through unseen) nor
+	 * with the threshold 0 (every call measured: the full path). */
+	gpo_fast_min = gpo__min_flops;
+	gpo_fast_copy_min = (double)gpo_pcopy_min_n < gpo__min_flops ?
+			    (double)gpo_pcopy_min_n : gpo__min_flops;
+	if (gpo__min_flops > 0 && !gpo__secure())
+		gpo_fast_allow(GPO_FAST_CONFIG);
 }
 
 double gpo_now(void)
@@ -142,34 +149,13 @@ static int gpo__secure(void)
 	return s == 2;
 }
 
-void *gpo_light_begin(struct gpo_fn *fn, const void *site, double flops)
+void *gpo_resolve_light(struct gpo_fn *fn, const void *site)
 {
-	void *real;
-	int e;
+	int e = errno;
+	void *real = gpo_resolve(fn, site);
 
-	/* Every condition under which the full path would do more than
-	 * count the call and run the CPU library: configuration unread,
-	 * measured calls (the threshold 0), a ?copy the engine may take, a
-	 * trace (which records small calls too) or an uninitialised policy,
-	 * inside the backend, a secure-execution process. */
-	if (__atomic_load_n(&gpo__config_state, __ATOMIC_ACQUIRE) != 2 ||
-	    !(flops < gpo__min_flops) || gpo__quiet ||
-	    (fn->op == GPO_OP_COPY && flops >= (double)gpo_pcopy_min_n) ||
-	    gpo_policy_tracing() || gpo__secure())
-		return NULL;
-	e = errno;
-	real = gpo_resolve(fn, site);
 	errno = e;
-	if (!real)
-		return NULL;    /* the full path says why, once */
-	gpo_policy_count(gpo__depth > 0 ? GPO_R_NESTED : GPO_R_SMALL);
-	gpo__depth++;
 	return real;
-}
-
-void gpo_light_end(void)
-{
-	gpo__depth--;
 }
 
 void *gpo_begin(struct gpo_fn *fn, struct gpo_ctx *x, const void *site)
@@ -182,10 +168,10 @@ void *gpo_begin(struct gpo_fn *fn, struct gpo_ctx *x, const void *site)
 	x->t0 = 0;
 	x->copy_in = x->copy_out = 0;
 	x->fail = 0;
-	if (gpo__quiet || gpo__secure()) {
-		gpo__depth++;
+	if (gpo_tls.quiet || gpo__secure()) {
+		gpo_tls.depth++;
 		x->state = GPO_ST_PASS;
-	} else if (gpo__depth++ > 0) {
+	} else if (gpo_tls.depth++ > 0) {
 		x->state = GPO_ST_NESTED;
 	} else {
 		/* Field by field, not memset: this is every call's path, and a
@@ -426,6 +412,6 @@ void gpo_end(struct gpo_fn *fn, struct gpo_ctx *x)
 				   x->t0 > 0 ? x->t0 : 0, x->copy_in,
 				   x->copy_out, x->fail);
 	}
-	gpo__depth--;
+	gpo_tls.depth--;
 	errno = e;
 }

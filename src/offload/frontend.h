@@ -2,9 +2,8 @@
  * frontend.h - what the generated wrappers (build/offload/gen/wrappers.c,
  * from tools/gen_offload.py) and the frontend's files share.
  *
- * A wrapper's life (a level 1/2 one first tries gpo_light_begin(), below):
- * gpo_begin() (depth counter, the real function for this
- * call site) -> if the call is not nested, the wrapper copies its arguments
+ * A wrapper's life (each first tries the light path, below): gpo_begin()
+ * (depth counter, the real function for this call site) -> if the call is not nested, the wrapper copies its arguments
  * into x.a and calls gpo_run() (size threshold, workspace queries, the
  * policy, the GPU path; a ?copy wrapper then offers the call to the CPU
  * copy engine, gpo_copy_call) -> unless the GPU did the call
@@ -21,6 +20,7 @@
 #include <stdint.h>
 
 #include "backend.h"
+#include "count.h"
 #include "policy.h"
 
 #define GPO_EXPORT __attribute__((visibility("default")))
@@ -117,16 +117,46 @@ struct gpo_ctx {
 	int64_t gpu_info;
 };
 
-/* The light path of the calls the GPU never takes (BLAS levels 1 and 2,
- * "measured" ops): when the configuration is read, the call
- * is below the size threshold (a ?copy also below the copy engine's
- * size), nothing is traced and the thread is not inside the backend,
- * returns the real function with the call counted and this thread's
- * depth raised (the wrapper calls it, then gpo_light_end()); else NULL,
- * and the wrapper takes the full path (gpo_begin ...). errno untouched. */
-void *gpo_light_begin(struct gpo_fn *fn, const void *site,
-		      double flops) GPO_HIDDEN;
-void gpo_light_end(void) GPO_HIDDEN;
+/*
+ * The light path, inlined into every wrapper (tools/gen_offload.py): a
+ * call that would do nothing but be counted and run the CPU library, when
+ * the gate is open (gpo_fast_on(), count.h: configuration read, policy
+ * initialised, no trace, not a secure-execution process, a nonzero
+ * threshold) and the thread is not inside the backend (gpo_tls.quiet):
+ *   - a nested call (gpo_tls.depth > 0: inside another wrapper, e.g. a CPU
+ *     LAPACK's own BLAS calls), of any level, counted GPO_R_NESTED;
+ *   - a BLAS level 1/2 call (the GPU never takes those) below the size
+ *     threshold, gpo_fast_min (a ?copy also below the copy engine's size:
+ *     gpo_fast_copy_min), counted GPO_R_SMALL.
+ * The wrapper then takes gpo_fast_real(), counts (gpo_count), raises the
+ * depth around the real call and returns what it returned; errno is the
+ * real function's. Anything else, or no real function, is the full path
+ * (gpo_begin ...), which does the same for these calls and more for the
+ * rest.
+ */
+extern double gpo_fast_min GPO_HIDDEN;
+extern double gpo_fast_copy_min GPO_HIDDEN;
+
+/* gpo_resolve with errno kept: the light path's cache miss. */
+void *gpo_resolve_light(struct gpo_fn *fn, const void *site) GPO_HIDDEN;
+
+/* The real function for `site`: the site's own cache entry (its first
+ * probe) or the first module entry, both lock-free loads (resolve.c fills
+ * them: published last, never replaced); else the out-of-line lookup.
+ * NULL when no library defines it. errno untouched. */
+static inline void *gpo_fast_real(struct gpo_fn *fn, const void *site)
+{
+	struct gpo_site *e = &fn->cache[((uintptr_t)site >> 2) % GPO_SITES];
+	uintptr_t lo;
+
+	if (__atomic_load_n(&e->site, __ATOMIC_ACQUIRE) == site)
+		return __atomic_load_n(&e->real, __ATOMIC_RELAXED);
+	lo = __atomic_load_n(&fn->mcache[0].lo, __ATOMIC_ACQUIRE);
+	/* lo 1: the entry is being filled (resolve.c's CLAIMED) */
+	if (lo > 1 && (uintptr_t)site >= lo && (uintptr_t)site < fn->mcache[0].hi)
+		return fn->mcache[0].real;
+	return gpo_resolve_light(fn, site);
+}
 
 void *gpo_begin(struct gpo_fn *fn, struct gpo_ctx *x, const void *site) GPO_HIDDEN;
 void gpo_run(struct gpo_fn *fn, struct gpo_ctx *x) GPO_HIDDEN;

@@ -42,6 +42,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "count.h"
 #include "lease.h"
 #include "model.h"
 #include "olease.h"
@@ -76,8 +77,8 @@ static struct {
 	int64_t last_gpu_ns;
 	int watching;
 	unsigned said;         /* bit per kind of message said once */
-	/* the summary */
-	uint64_t decided, on_gpu, reasons[GPO_R_MAX];
+	/* the summary (the per-reason counts: count.c's gpo_count_total) */
+	uint64_t decided, on_gpu;
 	double gpu_s, saved_s, startup_s;
 } gpo__p;
 
@@ -145,7 +146,8 @@ static void gpo__child(void)
 	gpo__p.inflight = 0;
 	gpo__p.draining = 0;
 	gpo__p.decided = gpo__p.on_gpu = 0;
-	memset(gpo__p.reasons, 0, sizeof gpo__p.reasons);
+	memset(gpo_count_total, 0, sizeof gpo_count_total);
+	gpo_count_child();
 	gpo__p.gpu_s = gpo__p.saved_s = gpo__p.startup_s = 0;
 }
 
@@ -208,8 +210,17 @@ static void gpo__init(void)
 	gpo_gpu_atfork();       /* first: see policy.h */
 	pthread_atfork(gpo__prepare, gpo__parent, gpo__child);
 	/* Last: observe's lock-free path reads the settings once it sees
-	 * this. */
+	 * this; the frontend's light path opens once nothing is traced. */
 	__atomic_store_n(&gpo__p.inited, 1, __ATOMIC_RELEASE);
+	if (!gpo_trace_on())
+		gpo_fast_allow(GPO_FAST_POLICY);
+}
+
+/* Trace writing stopped for good (rc != 0): the light path may open. */
+static void gpo__trace_stopped(void)
+{
+	if (!gpo_trace_on() && __atomic_load_n(&gpo__p.inited, __ATOMIC_ACQUIRE))
+		gpo_fast_allow(GPO_FAST_POLICY);
 }
 
 /* A trace event (trace.c); a failed write is said once. Takes gpo__lock
@@ -225,6 +236,7 @@ static void gpo__event(int kind, double seconds, int locked)
 	gpo__say(6, "trace writing stopped: %s%s", strerror(-rc), "");
 	if (!locked)
 		pthread_mutex_unlock(&gpo__lock);
+	gpo__trace_stopped();
 }
 
 /* ---- Giving the GPU back ------------------------------------------------ */
@@ -477,6 +489,7 @@ int gpo_policy_decide(const struct gpo_call *c, struct gpo_decision *d)
 	int saved = errno;
 	const char *name = gpo_op_name(c->op);
 
+	gpo_count_flush();      /* a fold point (count.h) */
 	pthread_mutex_lock(&gpo__lock);
 	if (!gpo__p.inited)
 		gpo__init();
@@ -549,6 +562,7 @@ static void gpo__trace_call(const struct gpo_call *c,
 		pthread_mutex_lock(&gpo__lock);
 		gpo__say(6, "trace writing stopped: %s%s", strerror(-rc), "");
 		pthread_mutex_unlock(&gpo__lock);
+		gpo__trace_stopped();
 	}
 }
 
@@ -563,7 +577,7 @@ int gpo_policy_tracing(void)
 void gpo_policy_count(unsigned reason)
 {
 	if (reason < GPO_R_MAX)
-		__atomic_fetch_add(&gpo__p.reasons[reason], 1, __ATOMIC_RELAXED);
+		gpo_count(&gpo_tls, reason);
 }
 
 void gpo_policy_observe(const struct gpo_call *c,
@@ -580,18 +594,21 @@ void gpo_policy_observe(const struct gpo_call *c,
 		  r == GPO_R_WORKSPACE || r == GPO_R_MEASURED ||
 		  r == GPO_R_UNSUPPORTED || r == GPO_R_COPY_ENGINE;
 
-	if (r < GPO_R_MAX)
-		__atomic_fetch_add(&gpo__p.reasons[r], 1, __ATOMIC_RELAXED);
 	if (own && device == GPO_CPU &&
 	    __atomic_load_n(&gpo__p.inited, __ATOMIC_ACQUIRE)) {
-		/* The small-call path: counted without the lock, so that it
-		 * costs a few nanoseconds and no contention between threads. */
+		/* The small-call path: counted in the thread's own block
+		 * (count.h), without the lock or an atomic operation, so that
+		 * it costs a few nanoseconds and no contention. */
+		if (r < GPO_R_MAX)
+			gpo_count(&gpo_tls, r);
 		if (gpo_trace_on())
 			gpo__trace_call(c, d, device, seconds, copy_in_s,
 					copy_out_s, fail);
 		errno = saved;
 		return;
 	}
+	if (r < GPO_R_MAX)
+		__atomic_fetch_add(&gpo_count_total[r], 1, __ATOMIC_RELAXED);
 	pthread_mutex_lock(&gpo__lock);
 	if (!gpo__p.inited)
 		gpo__init();
@@ -623,15 +640,19 @@ void gpo_policy_observe(const struct gpo_call *c,
 static void gpo__summary(void)
 {
 	char line[1024];
-	uint64_t calls = 0;
+	uint64_t calls = 0, reasons[GPO_R_MAX];
 	size_t n;
 
 	/* Read without the lock: at exit another thread may hold it for
 	 * good (stopped in a GPU start), and a summary must not hang the
 	 * exit; a count off by one is harmless here. Every call counts in
-	 * exactly one reason (one atomic add per call, not two). */
-	for (unsigned r = 0; r < GPO_R_MAX; r++)
-		calls += __atomic_load_n(&gpo__p.reasons[r], __ATOMIC_RELAXED);
+	 * exactly one reason; this thread's own counts are folded first,
+	 * other running threads' may be missing in part (count.h). */
+	gpo_count_flush();
+	for (unsigned r = 0; r < GPO_R_MAX; r++) {
+		reasons[r] = __atomic_load_n(&gpo_count_total[r], __ATOMIC_RELAXED);
+		calls += reasons[r];
+	}
 
 	n = (size_t)snprintf(line, sizeof line,
 			     "gpu-offload: summary: %llu calls seen, %llu decided, %llu offloaded (GPU %.3f s, start-up %.3f s), predicted time saved %.3f s; reasons:",
@@ -640,9 +661,9 @@ static void gpo__summary(void)
 			     (unsigned long long)gpo__p.on_gpu, gpo__p.gpu_s,
 			     gpo__p.startup_s, gpo__p.saved_s - gpo__p.startup_s);
 	for (unsigned r = 1; r < GPO_R_MAX && n < sizeof line; r++)
-		if (gpo__p.reasons[r])
+		if (reasons[r])
 			n += (size_t)snprintf(line + n, sizeof line - n,
 					      " %s=%llu", gpo_reason_name(r),
-					      (unsigned long long)gpo__p.reasons[r]);
+					      (unsigned long long)reasons[r]);
 	fprintf(stderr, "%s\n", line);
 }

@@ -5,7 +5,7 @@
 OFL_TCC = $(CC) $(WARN) $(CFLAGS) -Wno-strict-prototypes
 OFL_TESTS := $(OFL_T)/opcheck $(OFL_T)/libbadabi.so $(OFL_T)/forkcheck \
              $(OFL_T)/securecheck $(OFL_T)/threadcheck $(OFL_T)/sitecheck \
-             $(OFL_T)/forkrace \
+             $(OFL_T)/forkrace $(OFL_T)/countcheck \
              $(OFL_T)/libdlcount.so
 
 $(OFL_T)/opcheck: $(OFL_TSRC)/opcheck.c $(OFL_TSRC)/opcheck_lapack.c $(OFL_TSRC)/opcheck.h
@@ -23,6 +23,16 @@ $(OFL_T)/threadcheck: $(OFL_TSRC)/threadcheck.c
 $(OFL_T)/forkrace: $(OFL_TSRC)/forkrace.c
 	@mkdir -p $(@D)
 	$(OFL_TCC) -pthread -o $@ $< -Wl,--no-as-needed -l:libblas.so.3 -ldl
+
+# countcheck's calls: libcountlib.so's two LAPACK names call BLAS through
+# the PLT (nested calls of known number).
+$(OFL_T)/libcountlib.so: $(OFL_TSRC)/countlib.c
+	@mkdir -p $(@D)
+	$(OFL_TCC) -fPIC -shared -Wl,-soname,$(@F) -o $@ $< \
+	    -Wl,--no-as-needed -l:libblas.so.3
+$(OFL_T)/countcheck: $(OFL_TSRC)/countcheck.c $(OFL_T)/libcountlib.so
+	$(OFL_TCC) -pthread -o $@ $< -L$(OFL_T) -lcountlib \
+	    -Wl,-rpath,'$$ORIGIN' -Wl,--no-as-needed -l:libblas.so.3
 
 $(OFL_T)/sitecheck: $(OFL_TSRC)/sitecheck.c
 	@mkdir -p $(@D)
