@@ -16,6 +16,8 @@
  *                   a dozen with reference LAPACK's recursive dgetrf2);
  *                   includes restoring the 4x4 system each time
  * The LAPACK cases are built only where liblapack.so.3 links (HAVE_LAPACK).
+ * Arguments: [CALLS [CASE]]: CALLS per round (2000000), CASE one case
+ * alone (its name, for a profile).
  */
 #define _POSIX_C_SOURCE 200809L
 #include <stdio.h>
@@ -134,6 +136,8 @@ int main(int argc, char **argv)
 		best[k] = 1e9;
 	for (int rep = 0; rep < 5; rep++) {     /* best of 5: least disturbed */
 		for (int k = 0; k < ncase; k++) {
+			if (argc > 2 && strcmp(argv[2], names[k]) != 0)
+				continue;
 			/* The LAPACK cases are slower: fewer calls, the
 			 * same order of time. */
 			long cn = k >= DGEQRF_Q ? n / 10 : n;
@@ -148,6 +152,7 @@ int main(int argc, char **argv)
 		}
 	}
 	for (int k = 0; k < ncase; k++)
-		printf("%s %.1f\n", names[k], best[k]);
+		if (argc <= 2 || strcmp(argv[2], names[k]) == 0)
+			printf("%s %.1f\n", names[k], best[k]);
 	return s == 12345.0 || info != 0;
 }

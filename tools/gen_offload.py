@@ -349,39 +349,82 @@ def gen_wrapper(op, p, scheme, cblas, w):
     light.append(f"GPO_EXPORT {ret} {name}({plist});")
     light.append(f"{ret} {name}({plist})")
     light.append("{")
-    # The light path (frontend.h): a nested call of any operation, and a
-    # level 1/2 call (the GPU never takes those) below the size threshold
-    # (numpy makes one ?copy per matrix column), go straight to the CPU
-    # library, counted; everything inlined, no call of ours.
-    cond = "t->depth > 0"
+    # The light path (frontend.h): a nested call of any operation, a
+    # workspace query, a call below the size threshold (numpy makes one
+    # ?copy per matrix column) go straight to the CPU library, counted;
+    # everything inlined, no call of ours. The reason is the full path's
+    # (gpo_run): nested first, then the query, then the size.
+    d = "" if by_value else "*"
     if op.measure:
-        d = "" if by_value else "*"
+        # As the full path's light check always had it: the table's flops
+        # without the complex factor.
         fl = re.sub(r"\b([mnk])\b", lambda m_: f"(double)({d}{m_.group(1)})",
                     op.flops)
         lim = "gpo_fast_copy_min" if op.name == "copy" else "gpo_fast_min"
-        cond = f"t->depth > 0 || {fl} < {lim}"
+        why0 = f"{fl} < {lim} ? GPO_R_SMALL : 0"
+    else:
+        # The flops of the normalised call (describe_<op>), from the
+        # caller's arguments: upper-case option letters (CBLAS enums
+        # mapped), dimensions as doubles, 0 for what the op lacks.
+        dims = {a: f"(double)({d}{a})" for a, k in args if k == "i"}
+        opts = [f"gpo_upper(*{a})" if k == "c" else f"gpo_cblas_opt({a})"
+                for a, k in args if k in ("c", "e")]
+        opts += ["0"] * (4 - len(opts))
+        fl = (f"gpo__flops_{op.name}(" +
+              ", ".join(dims.get(x, "0.0") for x in ("m", "n", "k", "nrhs")) +
+              ", " + ", ".join(opts) + f", {1 if cplx else 0})")
+        small = f"{fl} < gpo_fast_min ? GPO_R_SMALL : 0"
+        if cblas and op.name in ("symm", "hemm", "trmm", "trsm"):
+            # gpo_run maps a row-major call first (the other side, m and
+            # n swapped): the same flops for valid options only, so such
+            # a call takes the full path.
+            small = f"layout == 101 ? 0 : {small}"
+        q = [f"(int64_t){d}{a} == -1" for a, k in args if k == "lw"]
+        if q:
+            small = f"({' || '.join(q)}) ? GPO_R_WORKSPACE : {small}"
+        why0 = small
+    call = f"real({names})"
+    call_full = f"{full}({names + ', ' if names else ''}__builtin_return_address(0))"
+    ret_full = f"\t\t{call_full};\n\t\treturn;" if ret == "void" else f"\t\treturn {call_full};"
     light.append("\tstruct gpo_tls *t = &gpo_tls;")
-    light.append(f"\tif (gpo_fast_on() && !t->quiet && ({cond})) {{")
-    light.append(f"\t\t{name}__real_t real = ({name}__real_t)gpo_fast_real("
-                 f"&{name}__fn, __builtin_return_address(0));")
-    light.append("\t\tif (__builtin_expect(real != NULL, 1)) {")
-    light.append("\t\t\tgpo_count(t, t->depth > 0 ? GPO_R_NESTED : GPO_R_SMALL);")
-    light.append("\t\t\tt->depth++;")
+    light.append(f"\t{name}__real_t real;")
+    light.append("\tunsigned why;")
+    # Nested: its own calls are nested already (the depth is above 0), so
+    # it need not raise the depth and the real function is a tail call (no
+    # frame of ours, no copy of stack arguments). Nothing here calls out:
+    # a cache miss or a fold due (left 0) takes the full path, which
+    # resolves and counts the same call the same way.
+    light.append("\tif (t->depth > 0) {")
+    light.append(f"\t\tif (gpo_fast_on() && !t->quiet && t->left != 0 &&")
+    light.append(f"\t\t    (real = ({name}__real_t)gpo_fast_cached(&{name}__fn, "
+                 "__builtin_return_address(0))) != NULL) {")
+    light.append("\t\t\tt->n[GPO_R_NESTED]++;")
+    light.append("\t\t\tt->left--;")
     if ret == "void":
-        light.append(f"\t\t\treal({names});")
-        light.append("\t\t\tt->depth--;")
+        light.append(f"\t\t\t{call};")
         light.append("\t\t\treturn;")
     else:
-        light.append(f"\t\t\t{ret} lr = real({names});")
-        light.append("\t\t\tt->depth--;")
-        light.append("\t\t\treturn lr;")
+        light.append(f"\t\t\treturn {call};")
     light.append("\t\t}")
+    light.append(ret_full)
     light.append("\t}")
-    call_full = f"{full}({names + ', ' if names else ''}__builtin_return_address(0))"
+    # Not nested: the CPU library's own calls must see the depth raised.
+    light.append(f"\tif (gpo_fast_on() && !t->quiet && t->left != 0 && (why = ({why0})) != 0 &&")
+    light.append(f"\t    (real = ({name}__real_t)gpo_fast_cached(&{name}__fn, "
+                 "__builtin_return_address(0))) != NULL) {")
+    light.append("\t\tt->n[why]++;")
+    light.append("\t\tt->left--;")
+    light.append("\t\tt->depth++;")
     if ret == "void":
-        light.append(f"\t{call_full};")
+        light.append(f"\t\t{call};")
+        light.append("\t\tt->depth--;")
+        light.append("\t\treturn;")
     else:
-        light.append(f"\treturn {call_full};")
+        light.append(f"\t\t{ret} lr = {call};")
+        light.append("\t\tt->depth--;")
+        light.append("\t\treturn lr;")
+    light.append("\t}")
+    light.append(ret_full.replace("\t\t", "\t"))
     light.append("}")
     w.append("\n".join(light) + "\n")
 
@@ -478,6 +521,16 @@ def gen_wrapper(op, p, scheme, cblas, w):
     return name
 
 
+def gen_flops(op):
+    """The light path's flops of op: describe_<op>'s (gen_ops) formula on
+    the normalised values, with the same complex factor."""
+    return (f"static inline double gpo__flops_{op.name}(double m, double n, "
+            "double k, double nrhs, char o0, char o1, char o2, char o3, int cplx)\n{\n"
+            "\t(void)m; (void)n; (void)k; (void)nrhs;\n"
+            "\t(void)o0; (void)o1; (void)o2; (void)o3;\n"
+            f"\treturn ({op.flops}) * (cplx ? 4.0 : 1.0);\n}}\n")
+
+
 def gen_ops(w):
     w.append("/* Generated by tools/gen_offload.py from its table: do not edit. */\n")
     w.append('#include "frontend.h"\n')
@@ -531,6 +584,8 @@ def main():
          '#include "frontend.h"', ""]
     names = []
     for op in OPS:
+        if not op.measure:
+            w.append(gen_flops(op))
         for p in op.precs:
             for scheme in SCHEMES:
                 names.append(gen_wrapper(op, p, scheme, False, w))

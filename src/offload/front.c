@@ -149,15 +149,6 @@ static int gpo__secure(void)
 	return s == 2;
 }
 
-void *gpo_resolve_light(struct gpo_fn *fn, const void *site)
-{
-	int e = errno;
-	void *real = gpo_resolve(fn, site);
-
-	errno = e;
-	return real;
-}
-
 void *gpo_begin(struct gpo_fn *fn, struct gpo_ctx *x, const void *site)
 {
 	int e = errno;

@@ -122,40 +122,45 @@ struct gpo_ctx {
  * call that would do nothing but be counted and run the CPU library, when
  * the gate is open (gpo_fast_on(), count.h: configuration read, policy
  * initialised, no trace, not a secure-execution process, a nonzero
- * threshold) and the thread is not inside the backend (gpo_tls.quiet):
+ * threshold), the thread is not inside the backend (gpo_tls.quiet), no
+ * fold of its counts is due (gpo_tls.left) and the call site's real
+ * function is cached (gpo_fast_cached):
  *   - a nested call (gpo_tls.depth > 0: inside another wrapper, e.g. a CPU
- *     LAPACK's own BLAS calls), of any level, counted GPO_R_NESTED;
- *   - a BLAS level 1/2 call (the GPU never takes those) below the size
- *     threshold, gpo_fast_min (a ?copy also below the copy engine's size:
- *     gpo_fast_copy_min), counted GPO_R_SMALL.
- * The wrapper then takes gpo_fast_real(), counts (gpo_count), raises the
- * depth around the real call and returns what it returned; errno is the
- * real function's. Anything else, or no real function, is the full path
- * (gpo_begin ...), which does the same for these calls and more for the
- * rest.
+ *     LAPACK's own BLAS calls), of any operation, counted GPO_R_NESTED; a
+ *     tail call of the real function (its own calls are nested anyway);
+ *   - else a workspace query (lwork -1), counted GPO_R_WORKSPACE, or a
+ *     call below the size threshold gpo_fast_min, counted GPO_R_SMALL:
+ *     the full path's flops (describe_<op>) for BLAS level 3 and LAPACK
+ *     (not a row-major CBLAS call of a side-dependent op, which gpo_run
+ *     maps first); for level 1/2 the table's flops as this path always
+ *     had them, and a ?copy also below the copy engine's size
+ *     (gpo_fast_copy_min). The depth is raised around the real call.
+ * errno is the real function's. Anything else is the full path (gpo_begin
+ * ...), which counts these calls the same way and does more for the rest.
  */
 extern double gpo_fast_min GPO_HIDDEN;
 extern double gpo_fast_copy_min GPO_HIDDEN;
 
-/* gpo_resolve with errno kept: the light path's cache miss. */
-void *gpo_resolve_light(struct gpo_fn *fn, const void *site) GPO_HIDDEN;
-
-/* The real function for `site`: the site's own cache entry (its first
- * probe) or the first module entry, both lock-free loads (resolve.c fills
- * them: published last, never replaced); else the out-of-line lookup.
- * NULL when no library defines it. errno untouched. */
-static inline void *gpo_fast_real(struct gpo_fn *fn, const void *site)
+/* The real function for `site` if fn's caches have it: the site's own
+ * entry (its first probe) or its module's, all lock-free loads
+ * (resolve.c fills them: published last, never replaced; a module entry's
+ * lo is 1 while it is being filled); else NULL (the full path resolves
+ * it). */
+static inline void *gpo_fast_cached(struct gpo_fn *fn, const void *site)
 {
 	struct gpo_site *e = &fn->cache[((uintptr_t)site >> 2) % GPO_SITES];
-	uintptr_t lo;
+	uintptr_t p = (uintptr_t)site;
 
 	if (__atomic_load_n(&e->site, __ATOMIC_ACQUIRE) == site)
 		return __atomic_load_n(&e->real, __ATOMIC_RELAXED);
-	lo = __atomic_load_n(&fn->mcache[0].lo, __ATOMIC_ACQUIRE);
-	/* lo 1: the entry is being filled (resolve.c's CLAIMED) */
-	if (lo > 1 && (uintptr_t)site >= lo && (uintptr_t)site < fn->mcache[0].hi)
-		return fn->mcache[0].real;
-	return gpo_resolve_light(fn, site);
+	for (unsigned i = 0; i < GPO_MODS; i++) {
+		uintptr_t lo = __atomic_load_n(&fn->mcache[i].lo, __ATOMIC_ACQUIRE);
+		if (!lo)
+			break;
+		if (lo > 1 && p >= lo && p < fn->mcache[i].hi)
+			return fn->mcache[i].real;
+	}
+	return NULL;
 }
 
 void *gpo_begin(struct gpo_fn *fn, struct gpo_ctx *x, const void *site) GPO_HIDDEN;
