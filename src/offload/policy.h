@@ -112,9 +112,10 @@ void gpo_policy_observe(const struct gpo_call *c,
 int gpo_policy_tracing(void);
 
 /* Count a call the frontend kept on the CPU without asking the policy
- * (its light path: GPO_R_SMALL or GPO_R_NESTED) in the summary's totals,
- * as gpo_policy_observe does for such a call; lock-free. Only once the
- * policy is initialised (gpo_policy_tracing() returned 0). */
+ * (GPO_R_SMALL or GPO_R_NESTED) in the summary's counts, as
+ * gpo_policy_observe does for such a call: in the calling thread's own
+ * counters (count.h), no lock, no atomic operation. Only once the policy
+ * is initialised (gpo_policy_tracing() returned 0). */
 void gpo_policy_count(unsigned reason);
 
 /* Provided by the frontend's backend boundary, called by the policy. */
