@@ -27,3 +27,11 @@ BENCH_ARGS   ?=
 bench-offload: all
 	@$(MAKE) -s bench-offload-small
 	$(PYTHON) bench/offload/run.py --out $(BENCH_OUT) --budget $(BENCH_BUDGET) $(BENCH_ARGS)
+
+# numpy's np.linalg.solve phase by phase (bench/offload/solve_phases.c):
+# `build/bench/solve_phases LIB [N [REPS]]`, under `gpu-offload run` or
+# plain; docs/benchmarks.md has the H200 figures.
+$(B)/bench/solve_phases: bench/offload/solve_phases.c
+	@mkdir -p $(@D)
+	$(CC) $(WARN) $(CFLAGS) -o $@ $< -ldl
+all: $(B)/bench/solve_phases

@@ -15,7 +15,7 @@ drift (clock, memory, other load) cancels in each pair's ratio:
   start the GPU at all; a GPU start is part of the pair. The count is
   what fits in 0.15 s on the CPU (the first CPU process finds it: its
   loop is the first pair's CPU side).
-- warm (n >= 256, and the mixed workload): the steady state of a
+- warm (n >= 256 or --warm-min, and the mixed workload): the steady state of a
   long-lived program. Two long-lived processes, a plain one and one under
   the offloader (`work.py --serve`), hold their inputs and are driven
   alternately over their pipes: a turn is the same number of calls in
@@ -305,7 +305,7 @@ def _ratio(pts, op, n):
 def plan(c):
     sizes = c.sweep_sizes or (QUICK if c.quick else SMOKE if c.smoke else FULL)
     fresh_max = c.fresh_max
-    warm_min = min(sizes) if c.quick else 256
+    warm_min = c.warm_min or (min(sizes) if c.quick else 256)
     pts = [Point("mixed", 0, "fresh"), Point("mixed", 0, "warm")]
     small = _order([n for n in sizes if n <= fresh_max])
     pts += [Point(op, n, "fresh") for n in small for op in OPS]

@@ -8,7 +8,7 @@
 #
 # Targets:
 #   pcopy-tests   $(B)/tests/offload/pcopy/{libfcopy.so,copycheck,pcunit,
-#                 pcunit-san,pcunit-tsan} (tests/offload/test_pcopy.py)
+#                 pcunit-san,pcunit-tsan,pchuge} (tests/offload/test_pcopy.py)
 #   bench-copy    bench/offload/copy_bench.c: gather and scatter of a
 #                 4096x4096 matrix through the wrappers, engine off and on
 #   lint-pcopy    cppcheck on the engine and its tests (part of `make lint`)
@@ -33,7 +33,7 @@ PCOPY_UNIT_INC := -include src/offload/compat.h -Isrc/offload -Isrc/offload/pcop
 
 .PHONY: pcopy-tests bench-copy lint-pcopy
 pcopy-tests: $(PCOPY_T)/libfcopy.so $(PCOPY_T)/copycheck $(PCOPY_T)/pcunit \
-             $(PCOPY_T)/pcunit-san $(PCOPY_T)/pcunit-tsan
+             $(PCOPY_T)/pcunit-san $(PCOPY_T)/pcunit-tsan $(PCOPY_T)/pchuge
 all: pcopy-tests
 
 $(PCOPY_T)/libfcopy.so: $(PCOPY_TS)/fcopy.c
@@ -48,6 +48,12 @@ $(PCOPY_T)/copycheck: $(PCOPY_TS)/copycheck.c $(PCOPY_T)/libfcopy.so
 $(PCOPY_T)/pcunit: $(PCOPY_UNIT_DEP)
 	@mkdir -p $(@D)
 	$(CC) $(WARN) $(CFLAGS) -pthread $(PCOPY_UNIT_INC) -o $@ $(PCOPY_UNIT_SRC)
+
+# The huge-page hint seen in /proc/self/smaps (pchuge.c).
+PCOPY_HUGE_SRC := $(PCOPY_TS)/pchuge.c src/offload/pcopy/pcopy.c src/lease/num.c
+$(PCOPY_T)/pchuge: $(PCOPY_HUGE_SRC) $(PCOPY_HDR) src/offload/frontend.h $(OFL_GEN)/ops.h
+	@mkdir -p $(@D)
+	$(CC) $(WARN) $(CFLAGS) -pthread $(PCOPY_UNIT_INC) -o $@ $(PCOPY_HUGE_SRC)
 
 $(PCOPY_T)/pcunit-san: $(PCOPY_UNIT_DEP)
 	@mkdir -p $(@D)

@@ -27,6 +27,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <time.h>
@@ -63,6 +64,7 @@ static struct {
 	int cfg;
 	int threads;            /* wanted, the caller included; 0: off */
 	int threads_gpu;        /* wanted while the GPU computes */
+	int huge;               /* advise huge pages for fresh destinations */
 	int gpu;                /* gpo_pcopy_gpu: the pid whose GPU started */
 	int atfork;             /* the child handler is registered */
 	/* workers: under the job lock */
@@ -71,6 +73,10 @@ static struct {
 	uint32_t gen0;          /* E.gen when the workers were created */
 	int busy;               /* the job lock */
 	struct gpo__job job;
+	/* under the job lock: the ascending run of contiguous destinations
+	 * whose huge-page regions were looked at (gpo__huge) */
+	uintptr_t huge_last;    /* the last such job's first byte */
+	uintptr_t huge_done;    /* regions below this were looked at */
 	/* the hand-off, each on its own cache line */
 	_Alignas(64) uint32_t gen;      /* job number; the workers' futex */
 	_Alignas(64) int done;          /* workers finished with this job */
@@ -137,6 +143,64 @@ static void gpo__slice(const struct gpo__job *j, int k)
 	case 8: gpo__copy8(x, j->sx, y, j->sy, b - a); break;
 	default: gpo__copy16(x, j->sx, y, j->sy, b - a); break;
 	}
+}
+
+/* ---- Huge pages for a fresh destination --------------------------------- */
+
+/* The regions of a transparent huge page (x86-64 and arm64 with 4 KiB
+ * pages). A region advised before anything touched it is faulted in as
+ * one page: zeroed at once instead of 512 faults. */
+#define GPO__HUGE ((uintptr_t)2 << 20)
+/* How many regions beyond the job's last one are looked at: the next
+ * calls of the same linearization write there, and a region can only be
+ * one page if it is advised before its first byte is written. */
+#define GPO__HUGE_AHEAD 3
+
+/*
+ * A gather (contiguous destination [lo, hi)): numpy writes it into a
+ * buffer it has just malloc'd, so every page is faulted in by the copy,
+ * 4 KiB at a time, and the engine's threads fault in parallel into one
+ * mm (measured on the H200 machine: 4 KiB faults of fresh memory do not
+ * scale beyond 4 threads; the faults made a 4096 x 4096 gather into
+ * fresh memory cost about three times the same gather into touched
+ * memory). Each huge-page region of the destination and the few after it
+ * that has no page resident yet (mincore: nothing there was ever
+ * written, so nothing the program holds changes) gets MADV_HUGEPAGE,
+ * the hint numpy gives its own large arrays. Only a hint: the kernel may
+ * ignore it (THP "never", prctl PR_SET_THP_DISABLE), content is never
+ * touched, and a region that is not mapped (mincore fails) is skipped.
+ * Under the job lock. Regions are looked at once per ascending run of
+ * destinations (one linearization: each call's destination follows the
+ * last); a destination below the last one starts a new run (the next
+ * numpy call's buffer, often at the address of the one just freed).
+ */
+static void gpo__huge(uintptr_t lo, uintptr_t hi)
+{
+	unsigned char vec[GPO__HUGE / 4096];
+	uintptr_t r, end;
+
+	if (hi < lo || hi > UINTPTR_MAX - GPO__HUGE * (GPO__HUGE_AHEAD + 1))
+		return;
+	if (lo < E.huge_last)
+		E.huge_done = 0;        /* a new run */
+	E.huge_last = lo;
+	r = lo & ~(GPO__HUGE - 1);
+	if (r < E.huge_done)
+		r = E.huge_done;
+	end = ((hi + GPO__HUGE - 1) & ~(GPO__HUGE - 1)) +
+	      GPO__HUGE * GPO__HUGE_AHEAD;
+	for (; r < end; r += GPO__HUGE) {
+		size_t i = 0;
+
+		if (mincore((void *)r, GPO__HUGE, vec) != 0)
+			continue;
+		while (i < sizeof vec && !(vec[i] & 1))
+			i++;
+		if (i == sizeof vec)
+			(void)madvise((void *)r, GPO__HUGE, MADV_HUGEPAGE);
+	}
+	if (end > E.huge_done)
+		E.huge_done = end;
 }
 
 /* ---- Workers ----------------------------------------------------------------- */
@@ -294,6 +358,8 @@ static void gpo__config(void)
 	}
 	E.threads = t;
 	E.threads_gpu = t ? tg : 0;
+	s = getenv("GPU_OFFLOAD_COPY_HUGEPAGE");
+	E.huge = !(s && s[0] == '0' && !s[1]);
 	__atomic_store_n(&E.cfg, 2, __ATOMIC_RELEASE);
 }
 
@@ -378,6 +444,8 @@ int gpo_pcopy(int64_t n, const void *x, int64_t incx, void *y, int64_t incy,
 	want = gpu ? E.threads_gpu : E.threads;
 	if (want > 1)
 		gpo__grow(want);
+	if (E.huge && (incy == 1 || incy == -1))
+		gpo__huge(ylo, yhi);
 	t = E.workers + 1 < want ? E.workers + 1 : want;
 	chunk = (n + t - 1) / t;
 	chunk = (chunk + GPO__SLICE_ALIGN - 1) / GPO__SLICE_ALIGN * GPO__SLICE_ALIGN;
