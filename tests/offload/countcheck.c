@@ -6,8 +6,11 @@
  *   countcheck A R C D: A rounds in the main thread, then 3 threads of R
  *   rounds each (joined), then a fork whose child makes C rounds and
  *   exits (its own summary), then D more rounds in the parent.
- * Prints "ok" on stdout when every result was right.
+ * Prints "ok" on stdout when every result was right, errno included: the
+ * caller's across ddot_ (which leaves it alone), 42 after dgetrs_ (which
+ * sets it).
  */
+#include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,10 +34,12 @@ static void *rounds(void *arg)
 
 	for (long i = 0; i < k; i++) {
 		b = 0;
-		if (ddot_(&eight, x, &one, x, &one) != 8)
+		errno = 9;
+		if (ddot_(&eight, x, &one, x, &one) != 8 || errno != 9)
 			__atomic_store_n(&bad, 1, __ATOMIC_RELAXED);
+		errno = 7;
 		dgetrs_("N", &one, &one, &a, &one, &ipiv, &b, &one, &info, 1);
-		if (b != 1 || info)
+		if (b != 1 || info || errno != 42)
 			__atomic_store_n(&bad, 1, __ATOMIC_RELAXED);
 		w = 0;
 		dgeqrf_(&one, &one, &a, &one, &tau, &w, &m1, &info);

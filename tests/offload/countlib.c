@@ -2,9 +2,11 @@
  * countlib.c - libcountlib.so: two LAPACK names for countcheck, each
  * making a known number of BLAS calls through the PLT (so that, under the
  * offloader, they are nested calls of the wrapper that called it):
- *   dgetrs_  3 ddot_ and 1 dgemm_ (1x1), then b(1) += 1
+ *   dgetrs_  3 ddot_ and 1 dgemm_ (1x1), then b(1) += 1 and errno 42
+ *            (what the caller must see after the wrapper)
  *   dgeqrf_  nothing but answer a workspace query (work(1) = 1)
  */
+#include <errno.h>
 #include <stddef.h>
 
 double ddot_(const int *, const double *, const int *, const double *,
@@ -32,6 +34,7 @@ void dgetrs_(const char *trans, const int *n, const int *nrhs,
 	       &one, 1, 1);
 	b[0] += c > 0 ? 1 : 0;
 	*info = 0;
+	errno = 42;
 }
 
 void dgeqrf_(const int *m, const int *n, double *a, const int *lda,

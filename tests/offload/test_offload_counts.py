@@ -2,7 +2,8 @@
 small and nested calls keep per thread (src/offload/count.h): exact for a
 single-threaded program, for threads that exited before the summary, and
 in a fork child (which counts its own calls only); the same counts when
-traced (the full path, every call recorded)."""
+traced (the full path, every call recorded). countcheck also checks the
+results and errno (the real function's) on every call."""
 import re
 import subprocess
 
