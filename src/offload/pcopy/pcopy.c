@@ -7,7 +7,9 @@
  * thread that finds it taken copies by itself (gpo_pcopy returns 0): no
  * caller ever waits behind another thread's copy. The caller publishes
  * the job (E.job, then E.gen + 1), copies slice 0 itself, and waits for
- * the workers' count in E.done. Workers spin for GPO_PCOPY_SPIN_NS after
+ * each worker's slice to be marked finished (its own cache line, so that
+ * finishing is one store each and no counter every thread writes).
+ * Workers spin for GPO_PCOPY_SPIN_NS after
  * a job, watching E.gen, then sleep on it (futex): an idle process burns
  * no CPU, and consecutive calls of one linearization (tens of
  * microseconds apart) find the workers awake.
@@ -87,12 +89,13 @@ static struct {
 	int pop_off;            /* MADV_POPULATE_WRITE unknown (Linux < 5.14) */
 	/* the hand-off, each on its own cache line */
 	_Alignas(64) uint32_t gen;      /* job number; the workers' futex */
-	_Alignas(64) int done;          /* workers finished with this job */
 	_Alignas(64) int sleepers;      /* workers in (or entering) futex wait */
 	/* slice k's claim: the job number it was last taken for, by worker
-	 * k or (when that worker is late: preempted, asleep) the caller */
+	 * k or (when that worker is late: preempted, asleep) the caller; and
+	 * the job number it was last finished for, by whoever took it */
 	struct {
 		_Alignas(64) uint32_t job;
+		uint32_t fin;
 	} claim[GPO_PCOPY_MAX_THREADS];
 } E;
 
@@ -326,7 +329,7 @@ static uint32_t gpo__wait_job(uint32_t seen)
 
 /* Take slice k of job g unless someone took it (for g or a later job:
  * job numbers compared modulo 2^32). Whoever takes it copies it and
- * counts it in E.done; E.job is job g's until every slice is counted. */
+ * marks it finished; E.job is job g's until every slice is. */
 static int gpo__claim(int k, uint32_t g)
 {
 	uint32_t c = __atomic_load_n(&E.claim[k].job, __ATOMIC_RELAXED);
@@ -349,7 +352,7 @@ static void *gpo__worker(void *arg)
 		if (!gpo__claim(k, seen))
 			continue;       /* the caller did it: this thread was late */
 		gpo__slice(&E.job, k);
-		__atomic_fetch_add(&E.done, 1, __ATOMIC_RELEASE);
+		__atomic_store_n(&E.claim[k].fin, seen, __ATOMIC_RELEASE);
 	}
 	return NULL;
 }
@@ -362,7 +365,6 @@ static void gpo__atfork_child(void)
 	E.tried = 0;
 	E.gpu = 0;              /* a fork child stays on the CPU */
 	E.busy = 0;
-	E.done = 0;
 	E.sleepers = 0;
 	if (E.cfg == 1)
 		E.cfg = 0;
@@ -417,7 +419,6 @@ static void gpo__run(int t)
 	uint32_t g = 0;
 
 	if (t > 1) {
-		__atomic_store_n(&E.done, 0, __ATOMIC_RELAXED);
 		/* Workers beyond t (more exist than this job wants: the GPU
 		 * was given back) find their slice of the job taken. */
 		g = __atomic_load_n(&E.gen, __ATOMIC_RELAXED) + 1;
@@ -434,16 +435,18 @@ static void gpo__run(int t)
 	for (int k = 1; k < t; k++)
 		if (gpo__claim(k, g)) {
 			gpo__slice(&E.job, k);
-			__atomic_fetch_add(&E.done, 1, __ATOMIC_RELEASE);
+			__atomic_store_n(&E.claim[k].fin, g, __ATOMIC_RELAXED);
 		}
-	for (unsigned i = 1; __atomic_load_n(&E.done, __ATOMIC_ACQUIRE) != t - 1; i++) {
-		/* A worker preempted (more threads than free CPUs): give it
-		 * the CPU now and then rather than spin through its slice. */
-		if ((i & 1023) == 0)
-			sched_yield();
-		else
-			gpo__pause();
-	}
+	for (int k = 1; k < t; k++)
+		for (unsigned i = 1; __atomic_load_n(&E.claim[k].fin, __ATOMIC_ACQUIRE) != g; i++) {
+			/* A worker preempted (more threads than free CPUs): give
+			 * it the CPU now and then rather than spin through its
+			 * slice. */
+			if ((i & 1023) == 0)
+				sched_yield();
+			else
+				gpo__pause();
+		}
 }
 
 /* ---- Configuration ------------------------------------------------------------- */
