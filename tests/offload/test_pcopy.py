@@ -186,17 +186,21 @@ HUGE = "/sys/kernel/mm/transparent_hugepage/enabled"
 
 
 @pytest.mark.skipif(not os.path.exists(HUGE), reason="no transparent huge pages")
-@pytest.mark.parametrize("kind,off,advised", [
-    ("fresh", False, True),     # numpy's fresh malloc'd buffer: advised
-    ("fresh", True, False),     # GPU_OFFLOAD_COPY_HUGEPAGE=0: never
-    ("touched", False, False),  # pages resident: the program's, left alone
-    ("reuse", False, True),     # the next call's buffer at the same address
+@pytest.mark.parametrize("kind,off,advised,ahead", [
+    ("fresh", False, True, True),     # numpy's fresh malloc'd buffer
+    ("fresh", True, False, False),    # GPU_OFFLOAD_COPY_HUGEPAGE=0: never
+    ("touched", False, False, None),  # pages resident: left alone
+    ("reuse", False, True, True),     # the next call's buffer, same address
+    ("file", False, False, False),    # a shared file mapping: neither
 ])
-def test_fresh_destination_gets_huge_pages(kind, off, advised):
-    """A gather into memory nothing has written is advised MADV_HUGEPAGE
-    (the kernel's VmFlags "hg" in /proc/self/smaps), so the copy faults
-    it in 2 MiB at a time; memory with resident pages is never advised,
-    and every byte is right either way."""
+def test_fresh_destination_gets_huge_pages(kind, off, advised, ahead):
+    """A gather into private anonymous memory nothing has written is
+    advised MADV_HUGEPAGE (the kernel's VmFlags "hg" in /proc/self/smaps)
+    and populated ahead of the calls that will write it (resident beyond
+    the 8 MiB the gather writes), so the copy faults nothing; memory with
+    resident pages is never advised, a file mapping neither advised nor
+    populated beyond what the program's own copy writes; every byte is
+    right either way."""
     e = dict(os.environ)
     e.pop("GPU_OFFLOAD_COPY_THREADS", None)
     if off:
@@ -204,9 +208,46 @@ def test_fresh_destination_gets_huge_pages(kind, off, advised):
     p = subprocess.run([str(T / "pchuge"), kind], env=e, capture_output=True,
                        text=True, timeout=120)
     assert p.returncode == 0, p.stdout + p.stderr
-    m = re.search(r"advised (\d+) of 16 MiB, (\d+) checks, 0 failed", p.stdout)
+    m = re.search(r"advised (\d+) of 16 MiB, rss ([\d.]+) MiB, (\d+) checks, 0 failed",
+                  p.stdout)
     assert m, p.stdout
-    mib = int(m.group(1))
-    # The 8 MiB destination lies in at least three whole 2 MiB regions,
-    # each advised before its first byte was written.
+    mib, rss = int(m.group(1)), float(m.group(2))
+    # The 8 MiB destination lies in at least three whole 2 MiB regions
+    # after its first one, each advised before its first byte was written.
     assert (mib >= 6) if advised else (mib == 0), p.stdout
+    if ahead is not None:
+        # Populated ahead: the gather's next regions inside the mapping.
+        assert (rss >= 12) if ahead else (rss <= 8.1), p.stdout
+
+
+@pytest.mark.parametrize("prog", ["pchuge", "pchuge-san"])
+def test_anon_vma_reader(prog):
+    """gpo_pcopy_anon_vma (vma.c), which decides where the engine may
+    populate ahead: private anonymous memory (a mapping, the heap) with
+    its exact bounds; never a file, shared or read-only memory, a guard
+    page, the stack or an unmapped address."""
+    e = dict(os.environ, ASAN_OPTIONS="detect_leaks=1:abort_on_error=0")
+    p = subprocess.run([str(T / prog), "vma"], capture_output=True, env=e,
+                       text=True, timeout=60)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "Sanitizer" not in p.stderr and "runtime error" not in p.stderr, p.stderr
+    got = dict(line.split()[1:3] for line in p.stdout.splitlines()
+               if line.startswith("vma "))
+    assert got == {"anon": "0", "heap": "0", "guard": "-1", "file-private": "-1",
+                   "anon-shared": "-1", "anon-readonly": "-1", "stack": "-1",
+                   "unmapped": "-1"}, p.stdout
+
+
+@pytest.mark.skipif(not os.path.exists(HUGE), reason="no transparent huge pages")
+def test_populate_ahead_under_sanitizers():
+    """The hint and the populate jobs (the engine's workers faulting in
+    regions ahead of the copy) under ASan/UBSan: every byte right, memory
+    populated ahead, no report."""
+    e = dict(os.environ, ASAN_OPTIONS="detect_leaks=1:abort_on_error=0")
+    e.pop("GPU_OFFLOAD_COPY_THREADS", None)
+    p = subprocess.run([str(T / "pchuge-san"), "reuse"], capture_output=True, env=e,
+                       text=True, timeout=120)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "Sanitizer" not in p.stderr and "runtime error" not in p.stderr, p.stderr
+    m = re.search(r"rss ([\d.]+) MiB, 2 checks, 0 failed", p.stdout)
+    assert m and float(m.group(1)) >= 12, p.stdout

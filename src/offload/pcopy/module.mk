@@ -8,14 +8,14 @@
 #
 # Targets:
 #   pcopy-tests   $(B)/tests/offload/pcopy/{libfcopy.so,copycheck,pcunit,
-#                 pcunit-san,pcunit-tsan,pchuge} (tests/offload/test_pcopy.py)
+#                 pcunit-san,pcunit-tsan,pchuge,pchuge-san} (tests/offload/test_pcopy.py)
 #   bench-copy    bench/offload/copy_bench.c: gather and scatter of a
 #                 4096x4096 matrix through the wrappers, engine off and on
 #   lint-pcopy    cppcheck on the engine and its tests (part of `make lint`)
 
 PCOPY_SAVED_GOAL := $(.DEFAULT_GOAL)
 
-PCOPY_SRC := src/offload/pcopy/pcopy.c src/offload/pcopy/call.c
+PCOPY_SRC := src/offload/pcopy/pcopy.c src/offload/pcopy/vma.c src/offload/pcopy/call.c
 PCOPY_HDR := src/offload/pcopy/pcopy.h
 PCOPY_OBJ := $(patsubst src/%.c,$(B)/obj/%.o,$(PCOPY_SRC))
 OFL_OBJ   += $(PCOPY_OBJ)
@@ -26,14 +26,15 @@ PCOPY_T   := $(B)/tests/offload/pcopy
 PCOPY_TS  := tests/offload/pcopy
 # The engine alone, for the sanitizer builds: it needs gm_parse_uint and
 # the frontend's header (ops.h: generated).
-PCOPY_UNIT_SRC := $(PCOPY_TS)/pcunit.c src/offload/pcopy/pcopy.c src/lease/num.c
+PCOPY_UNIT_SRC := $(PCOPY_TS)/pcunit.c src/offload/pcopy/pcopy.c src/offload/pcopy/vma.c src/lease/num.c
 PCOPY_UNIT_DEP := $(PCOPY_UNIT_SRC) $(PCOPY_HDR) src/offload/frontend.h $(OFL_GEN)/ops.h
 PCOPY_UNIT_INC := -include src/offload/compat.h -Isrc/offload -Isrc/offload/pcopy \
                   -I$(OFL_GEN) -Isrc/lease
 
 .PHONY: pcopy-tests bench-copy lint-pcopy
 pcopy-tests: $(PCOPY_T)/libfcopy.so $(PCOPY_T)/copycheck $(PCOPY_T)/pcunit \
-             $(PCOPY_T)/pcunit-san $(PCOPY_T)/pcunit-tsan $(PCOPY_T)/pchuge
+             $(PCOPY_T)/pcunit-san $(PCOPY_T)/pcunit-tsan $(PCOPY_T)/pchuge \
+             $(PCOPY_T)/pchuge-san
 all: pcopy-tests
 
 $(PCOPY_T)/libfcopy.so: $(PCOPY_TS)/fcopy.c
@@ -50,10 +51,13 @@ $(PCOPY_T)/pcunit: $(PCOPY_UNIT_DEP)
 	$(CC) $(WARN) $(CFLAGS) -pthread $(PCOPY_UNIT_INC) -o $@ $(PCOPY_UNIT_SRC)
 
 # The huge-page hint seen in /proc/self/smaps (pchuge.c).
-PCOPY_HUGE_SRC := $(PCOPY_TS)/pchuge.c src/offload/pcopy/pcopy.c src/lease/num.c
+PCOPY_HUGE_SRC := $(PCOPY_TS)/pchuge.c src/offload/pcopy/pcopy.c src/offload/pcopy/vma.c src/lease/num.c
 $(PCOPY_T)/pchuge: $(PCOPY_HUGE_SRC) $(PCOPY_HDR) src/offload/frontend.h $(OFL_GEN)/ops.h
 	@mkdir -p $(@D)
 	$(CC) $(WARN) $(CFLAGS) -pthread $(PCOPY_UNIT_INC) -o $@ $(PCOPY_HUGE_SRC)
+$(PCOPY_T)/pchuge-san: $(PCOPY_HUGE_SRC) $(PCOPY_HDR) src/offload/frontend.h $(OFL_GEN)/ops.h
+	@mkdir -p $(@D)
+	$(CC) $(WARN) $(SAN_FLAGS) -pthread $(PCOPY_UNIT_INC) -o $@ $(PCOPY_HUGE_SRC)
 
 $(PCOPY_T)/pcunit-san: $(PCOPY_UNIT_DEP)
 	@mkdir -p $(@D)

@@ -7,7 +7,9 @@
  * thread that finds it taken copies by itself (gpo_pcopy returns 0): no
  * caller ever waits behind another thread's copy. The caller publishes
  * the job (E.job, then E.gen + 1), copies slice 0 itself, and waits for
- * the workers' count in E.done. Workers spin for GPO_PCOPY_SPIN_NS after
+ * each worker's slice to be marked finished (its own cache line, so that
+ * finishing is one store each and no counter every thread writes).
+ * Workers spin for GPO_PCOPY_SPIN_NS after
  * a job, watching E.gen, then sleep on it (futex): an idle process burns
  * no CPU, and consecutive calls of one linearization (tens of
  * microseconds apart) find the workers awake.
@@ -50,6 +52,8 @@
  * share no cache line of a contiguous side aligned to 64 bytes. */
 #define GPO__SLICE_ALIGN 16
 
+/* A copy job, or (esz 0) a populate job: n huge-page regions from x,
+ * chunk regions per slice (gpo__populate). */
 struct gpo__job {
 	const char *x;          /* element 0 of x (the far end for incx < 0) */
 	char *y;
@@ -77,14 +81,21 @@ static struct {
 	 * whose huge-page regions were looked at (gpo__huge) */
 	uintptr_t huge_last;    /* the last such job's first byte */
 	uintptr_t huge_done;    /* regions below this were looked at */
+	uintptr_t run_first;    /* the run's first job's first byte */
+	int vma;                /* the run's mapping: 0 not looked at, 1
+	                         * private anonymous ([vma_lo, vma_hi)), -1 not */
+	uintptr_t vma_lo, vma_hi;
+	uintptr_t pop_done;     /* the run's regions below are populated */
+	int pop_off;            /* MADV_POPULATE_WRITE unknown (Linux < 5.14) */
 	/* the hand-off, each on its own cache line */
 	_Alignas(64) uint32_t gen;      /* job number; the workers' futex */
-	_Alignas(64) int done;          /* workers finished with this job */
 	_Alignas(64) int sleepers;      /* workers in (or entering) futex wait */
 	/* slice k's claim: the job number it was last taken for, by worker
-	 * k or (when that worker is late: preempted, asleep) the caller */
+	 * k or (when that worker is late: preempted, asleep) the caller; and
+	 * the job number it was last finished for, by whoever took it */
 	struct {
 		_Alignas(64) uint32_t job;
+		uint32_t fin;
 	} claim[GPO_PCOPY_MAX_THREADS];
 } E;
 
@@ -126,6 +137,28 @@ GPO__COPY(gpo__copy4, 4)
 GPO__COPY(gpo__copy8, 8)
 GPO__COPY(gpo__copy16, 16)
 
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23  /* Linux 5.14 */
+#endif
+/* The regions of a transparent huge page (x86-64 and arm64 with 4 KiB
+ * pages). A region advised before anything touched it is faulted in as
+ * one page: zeroed at once instead of 512 faults. */
+#define GPO__HUGE ((uintptr_t)2 << 20)
+
+/* Regions [a, b) of a populate job: faulted in, writable, as a first
+ * write would fault them, without writing (MADV_POPULATE_WRITE). A
+ * kernel without it (EINVAL) turns populating off for good. */
+static void gpo__populate(const struct gpo__job *j, int64_t a, int64_t b)
+{
+	for (int64_t i = a; i < b; i++)
+		if (madvise((void *)(j->x + i * (int64_t)GPO__HUGE), GPO__HUGE,
+			    MADV_POPULATE_WRITE) != 0) {
+			if (errno == EINVAL)
+				__atomic_store_n(&E.pop_off, 1, __ATOMIC_RELAXED);
+			return;
+		}
+}
+
 static void gpo__slice(const struct gpo__job *j, int k)
 {
 	int64_t a = (int64_t)k * j->chunk, b = a + j->chunk;
@@ -136,6 +169,10 @@ static void gpo__slice(const struct gpo__job *j, int k)
 		b = j->n;
 	if (a >= b)
 		return;
+	if (j->esz == 0) {
+		gpo__populate(j, a, b);
+		return;
+	}
 	x = j->x + a * j->sx;
 	y = j->y + a * j->sy;
 	switch (j->esz) {
@@ -145,50 +182,72 @@ static void gpo__slice(const struct gpo__job *j, int k)
 	}
 }
 
+static void gpo__run(int t);
+
 /* ---- Huge pages for a fresh destination --------------------------------- */
 
-/* The regions of a transparent huge page (x86-64 and arm64 with 4 KiB
- * pages). A region advised before anything touched it is faulted in as
- * one page: zeroed at once instead of 512 faults. */
-#define GPO__HUGE ((uintptr_t)2 << 20)
-/* How many regions beyond the job's last one are looked at: the next
- * calls of the same linearization write there, and a region can only be
- * one page if it is advised before its first byte is written. */
-#define GPO__HUGE_AHEAD 3
+/* How far beyond a gather's job its run's regions are looked at (and
+ * advised), and populated: the next calls of the same linearization
+ * write there, and a region can only be one page if it is advised before
+ * its first byte is written. */
+#define GPO__HUGE_AHEAD 16
+/* Regions populated at once (one populate job, a region per thread). */
+#define GPO__POP_BATCH 8
 
 /*
  * A gather (contiguous destination [lo, hi)): numpy writes it into a
  * buffer it has just malloc'd, so every page is faulted in by the copy,
  * 4 KiB at a time, and the engine's threads fault in parallel into one
  * mm (measured on the H200 machine: 4 KiB faults of fresh memory do not
- * scale beyond 4 threads; the faults made a 4096 x 4096 gather into
- * fresh memory cost about three times the same gather into touched
- * memory). Each huge-page region of the destination and the few after it
- * that has no page resident yet (mincore: nothing there was ever
- * written, so nothing the program holds changes) gets MADV_HUGEPAGE,
- * the hint numpy gives its own large arrays. Only a hint: the kernel may
- * ignore it (THP "never", prctl PR_SET_THP_DISABLE), content is never
- * touched, and a region that is not mapped (mincore fails) is skipped.
- * Under the job lock. Regions are looked at once per ascending run of
- * destinations (one linearization: each call's destination follows the
- * last); a destination below the last one starts a new run (the next
- * numpy call's buffer, often at the address of the one just freed).
+ * scale beyond 4 threads, and made a 4096 x 4096 gather into fresh
+ * memory cost about three times the same gather into touched memory).
+ *
+ * Runs: consecutive gathers whose destinations ascend are one run (one
+ * linearization: each call's destination follows the last); one below
+ * the last starts a new run (the next numpy call's buffer, often at the
+ * address of the one just freed). From a run's second job on, and only
+ * in a private anonymous mapping (the run's mapping, looked at once per
+ * run in /proc/self/maps; never a file or shared memory): each 2 MiB
+ * region of the destination and of the GPO__HUGE_AHEAD after it (inside
+ * the mapping) that has no page resident (mincore: nothing there was
+ * ever written) gets MADV_HUGEPAGE, the hint numpy gives its own large
+ * arrays, once per run; then gpo__ahead populates them. Only a hint: the
+ * kernel may ignore it (THP "never", prctl PR_SET_THP_DISABLE); content
+ * is never touched. A run of one job (a lone copy) costs nothing. Under
+ * the job lock, before the copy job.
  */
-static void gpo__huge(uintptr_t lo, uintptr_t hi)
+static void gpo__ahead(uintptr_t hi, uintptr_t end, int t);
+
+static void gpo__huge(uintptr_t lo, uintptr_t hi, int t)
 {
 	unsigned char vec[GPO__HUGE / 4096];
-	uintptr_t r, end;
+	uintptr_t r, end, top;
 
 	if (hi < lo || hi > UINTPTR_MAX - GPO__HUGE * (GPO__HUGE_AHEAD + 1))
 		return;
-	if (lo < E.huge_last)
-		E.huge_done = 0;        /* a new run */
+	if (lo < E.huge_last || !E.run_first) {
+		E.huge_done = 0;        /* a new run: its first job */
+		E.run_first = lo;
+		E.huge_last = lo;
+		E.vma = 0;
+		E.pop_done = 0;
+		return;
+	}
 	E.huge_last = lo;
-	r = lo & ~(GPO__HUGE - 1);
+	if (E.vma == 0)
+		E.vma = gpo_pcopy_anon_vma(lo, &E.vma_lo, &E.vma_hi) == 0 ? 1 : -1;
+	if (E.vma != 1)
+		return;
+	r = (lo + GPO__HUGE - 1) & ~(GPO__HUGE - 1);    /* not lo's: written */
 	if (r < E.huge_done)
 		r = E.huge_done;
+	if (r < E.vma_lo)
+		r = (E.vma_lo + GPO__HUGE - 1) & ~(GPO__HUGE - 1);
 	end = ((hi + GPO__HUGE - 1) & ~(GPO__HUGE - 1)) +
 	      GPO__HUGE * GPO__HUGE_AHEAD;
+	top = E.vma_hi & ~(GPO__HUGE - 1);
+	if (end > top)
+		end = top;
 	for (; r < end; r += GPO__HUGE) {
 		size_t i = 0;
 
@@ -201,6 +260,39 @@ static void gpo__huge(uintptr_t lo, uintptr_t hi)
 	}
 	if (end > E.huge_done)
 		E.huge_done = end;
+	gpo__ahead(hi, end, t);
+}
+
+/*
+ * The run's regions after the job's last byte, up to `end` (what
+ * gpo__huge looked at: inside the run's private anonymous mapping),
+ * faulted in by the engine's threads at once, GPO__POP_BATCH or more at a
+ * time (at the mapping's end, what is left), a region per thread
+ * (MADV_POPULATE_WRITE: as a first write would fault them, without
+ * writing). A huge-page fault zeroes 2 MiB in the thread that makes it,
+ * while the job's other threads wait for that one at the join: ahead of
+ * the copy and in parallel, the faults are off the copy's path. What the
+ * program would read there is zeros, before and after; the cost is
+ * memory the run's next calls write anyway, and at most GPO__HUGE_AHEAD
+ * regions past the buffer when the same mapping continues beyond it.
+ */
+static void gpo__ahead(uintptr_t hi, uintptr_t end, int t)
+{
+	uintptr_t from = (hi + GPO__HUGE - 1) & ~(GPO__HUGE - 1);
+
+	if (t < 2 || __atomic_load_n(&E.pop_off, __ATOMIC_RELAXED))
+		return;
+	if (from < E.pop_done)
+		from = E.pop_done;
+	if (end <= from || (end - from < GPO__POP_BATCH * GPO__HUGE &&
+			    end != (E.vma_hi & ~(GPO__HUGE - 1))))
+		return;
+	E.job.x = (const char *)from;
+	E.job.n = (int64_t)((end - from) / GPO__HUGE);
+	E.job.chunk = (E.job.n + t - 1) / t;
+	E.job.esz = 0;
+	gpo__run(t);
+	E.pop_done = end;
 }
 
 /* ---- Workers ----------------------------------------------------------------- */
@@ -237,7 +329,7 @@ static uint32_t gpo__wait_job(uint32_t seen)
 
 /* Take slice k of job g unless someone took it (for g or a later job:
  * job numbers compared modulo 2^32). Whoever takes it copies it and
- * counts it in E.done; E.job is job g's until every slice is counted. */
+ * marks it finished; E.job is job g's until every slice is. */
 static int gpo__claim(int k, uint32_t g)
 {
 	uint32_t c = __atomic_load_n(&E.claim[k].job, __ATOMIC_RELAXED);
@@ -260,7 +352,7 @@ static void *gpo__worker(void *arg)
 		if (!gpo__claim(k, seen))
 			continue;       /* the caller did it: this thread was late */
 		gpo__slice(&E.job, k);
-		__atomic_fetch_add(&E.done, 1, __ATOMIC_RELEASE);
+		__atomic_store_n(&E.claim[k].fin, seen, __ATOMIC_RELEASE);
 	}
 	return NULL;
 }
@@ -273,7 +365,6 @@ static void gpo__atfork_child(void)
 	E.tried = 0;
 	E.gpu = 0;              /* a fork child stays on the CPU */
 	E.busy = 0;
-	E.done = 0;
 	E.sleepers = 0;
 	if (E.cfg == 1)
 		E.cfg = 0;
@@ -319,6 +410,43 @@ static void gpo__grow(int want)
 	}
 	pthread_sigmask(SIG_SETMASK, &old, NULL);
 	pthread_attr_destroy(&at);
+}
+
+/* Under the job lock, E.job filled: job over t slices (the caller's
+ * thread the first), returning when every slice is done. */
+static void gpo__run(int t)
+{
+	uint32_t g = 0;
+
+	if (t > 1) {
+		/* Workers beyond t (more exist than this job wants: the GPU
+		 * was given back) find their slice of the job taken. */
+		g = __atomic_load_n(&E.gen, __ATOMIC_RELAXED) + 1;
+		for (int k = t; k <= E.workers; k++)
+			__atomic_store_n(&E.claim[k].job, g, __ATOMIC_RELAXED);
+		g = __atomic_add_fetch(&E.gen, 1, __ATOMIC_SEQ_CST);
+		if (__atomic_load_n(&E.sleepers, __ATOMIC_SEQ_CST))
+			gpo__futex(&E.gen, FUTEX_WAKE_PRIVATE, INT_MAX);
+	}
+	gpo__slice(&E.job, 0);
+	/* A worker that has not taken its slice by now is late (a spinning
+	 * one takes it within a fraction of a microsecond; this slice took
+	 * longer): do it here rather than wait for it to run. */
+	for (int k = 1; k < t; k++)
+		if (gpo__claim(k, g)) {
+			gpo__slice(&E.job, k);
+			__atomic_store_n(&E.claim[k].fin, g, __ATOMIC_RELAXED);
+		}
+	for (int k = 1; k < t; k++)
+		for (unsigned i = 1; __atomic_load_n(&E.claim[k].fin, __ATOMIC_ACQUIRE) != g; i++) {
+			/* A worker preempted (more threads than free CPUs): give
+			 * it the CPU now and then rather than spin through its
+			 * slice. */
+			if ((i & 1023) == 0)
+				sched_yield();
+			else
+				gpo__pause();
+		}
 }
 
 /* ---- Configuration ------------------------------------------------------------- */
@@ -408,8 +536,7 @@ int gpo_pcopy(int64_t n, const void *x, int64_t incx, void *y, int64_t incy,
 	const char *x0, *y0;
 	int e, t, want, gpu, expect = 0;
 	int64_t chunk;
-	uint32_t g = 0;
-
+	
 	if (n < gpo_pcopy_min_n || incx == 0 || incy == 0 || !x || !y ||
 	    (esz != 4 && esz != 8 && esz != 16))
 		return 0;
@@ -444,9 +571,9 @@ int gpo_pcopy(int64_t n, const void *x, int64_t incx, void *y, int64_t incy,
 	want = gpu ? E.threads_gpu : E.threads;
 	if (want > 1)
 		gpo__grow(want);
-	if (E.huge && (incy == 1 || incy == -1))
-		gpo__huge(ylo, yhi);
 	t = E.workers + 1 < want ? E.workers + 1 : want;
+	if (E.huge && (incy == 1 || incy == -1))
+		gpo__huge(ylo, yhi, t);
 	chunk = (n + t - 1) / t;
 	chunk = (chunk + GPO__SLICE_ALIGN - 1) / GPO__SLICE_ALIGN * GPO__SLICE_ALIGN;
 	E.job.x = x0;
@@ -456,34 +583,7 @@ int gpo_pcopy(int64_t n, const void *x, int64_t incx, void *y, int64_t incy,
 	E.job.n = n;
 	E.job.chunk = chunk;
 	E.job.esz = esz;
-	if (t > 1) {
-		__atomic_store_n(&E.done, 0, __ATOMIC_RELAXED);
-		/* Workers beyond t (more exist than this job wants: the GPU
-		 * was given back) find their slice of the job taken. */
-		g = __atomic_load_n(&E.gen, __ATOMIC_RELAXED) + 1;
-		for (int k = t; k <= E.workers; k++)
-			__atomic_store_n(&E.claim[k].job, g, __ATOMIC_RELAXED);
-		g = __atomic_add_fetch(&E.gen, 1, __ATOMIC_SEQ_CST);
-		if (__atomic_load_n(&E.sleepers, __ATOMIC_SEQ_CST))
-			gpo__futex(&E.gen, FUTEX_WAKE_PRIVATE, INT_MAX);
-	}
-	gpo__slice(&E.job, 0);
-	/* A worker that has not taken its slice by now is late (a spinning
-	 * one takes it within a fraction of a microsecond; this slice took
-	 * longer): do it here rather than wait for it to run. */
-	for (int k = 1; k < t; k++)
-		if (gpo__claim(k, g)) {
-			gpo__slice(&E.job, k);
-			__atomic_fetch_add(&E.done, 1, __ATOMIC_RELEASE);
-		}
-	for (unsigned i = 1; __atomic_load_n(&E.done, __ATOMIC_ACQUIRE) != t - 1; i++) {
-		/* A worker preempted (more threads than free CPUs): give it
-		 * the CPU now and then rather than spin through its slice. */
-		if ((i & 1023) == 0)
-			sched_yield();
-		else
-			gpo__pause();
-	}
+	gpo__run(t);
 	__atomic_store_n(&E.busy, 0, __ATOMIC_RELEASE);
 	errno = e;
 	return 1;

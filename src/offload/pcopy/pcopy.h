@@ -75,4 +75,10 @@ extern int gpo_pcopy_cpus;
  * configuration if it was not yet read; for tests and the benchmark. */
 int gpo_pcopy_threads(void);
 
+/* vma.c: 0 when addr lies in a private anonymous mapping (no file, not
+ * shared, readable and writable), with that mapping's [*lo, *hi); -1 when
+ * not, or when /proc/self/maps cannot be read. Opens and closes one
+ * descriptor (O_CLOEXEC); errno is not preserved (the caller's job). */
+int gpo_pcopy_anon_vma(uintptr_t addr, uintptr_t *lo, uintptr_t *hi);
+
 #endif
