@@ -305,7 +305,7 @@ def _ratio(pts, op, n):
 def plan(c):
     sizes = c.sweep_sizes or (QUICK if c.quick else SMOKE if c.smoke else FULL)
     fresh_max = c.fresh_max
-    warm_min = c.warm_min or (min(sizes) if c.quick else 256)
+    warm_min = getattr(c, "warm_min", None) or (min(sizes) if c.quick else 256)
     pts = [Point("mixed", 0, "fresh"), Point("mixed", 0, "warm")]
     small = _order([n for n in sizes if n <= fresh_max])
     pts += [Point(op, n, "fresh") for n in small for op in OPS]
