@@ -21,7 +21,6 @@
  * byte was wrong. The test (test_pcopy.py) decides what A and R must be.
  */
 #define _GNU_SOURCE
-#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,17 +30,6 @@
 
 #include "frontend.h"
 #include "pcopy.h"
-
-void gpo_msg_once(int kind, const char *fmt, ...)
-{
-	va_list ap;
-
-	(void)kind;
-	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
-	va_end(ap);
-	fputc('\n', stderr);
-}
 
 #define N 1024                          /* 8 MiB matrices */
 #define DST_BYTES ((size_t)16 << 20)    /* room for the hint's regions ahead */

@@ -9,7 +9,6 @@
  * Prints "pcunit: N checks, M failed"; exits 1 if any failed.
  */
 #define _GNU_SOURCE
-#include <stdarg.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,18 +19,6 @@
 
 #include "frontend.h"
 #include "pcopy.h"
-
-/* The frontend's message function, which the engine may call. */
-void gpo_msg_once(int kind, const char *fmt, ...)
-{
-	va_list ap;
-
-	(void)kind;
-	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
-	va_end(ap);
-	fputc('\n', stderr);
-}
 
 static int checks, failed;
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
