@@ -64,7 +64,7 @@ static double *np_alloc(size_t bytes)
 	a = ((uintptr_t)p + 4095) & ~(uintptr_t)4095;
 	if (bytes >= (4u << 20))
 		madvise((void *)a, (uintptr_t)p + bytes - a, MADV_HUGEPAGE);
-	return (double *)p;
+	return (double *)(void *)p;
 }
 
 static void copy(int64_t n, const double *x, int64_t incx, double *y, int64_t incy)
@@ -133,7 +133,7 @@ int main(int argc, char **argv)
 		buf = malloc(sizeof(double) * (size_t)(2 * n * n) + sizeof(int64_t) * (size_t)n);
 		if (!buf)
 			return 2;
-		fa = (double *)buf;
+		fa = (double *)(void *)buf;
 		fb = fa + n * n;
 		t[1] = now();
 		for (int64_t j = 0; j < n; j++)

@@ -75,6 +75,8 @@ static struct {
 	int workers;            /* running (0 until the first job) */
 	int tried;              /* the most threads attempted (this process) */
 	uint32_t gen0;          /* E.gen when the workers were created */
+	uint32_t start[GPO_PCOPY_MAX_THREADS];  /* worker k's: written before
+	                                         * its pthread_create */
 	int busy;               /* the job lock */
 	struct gpo__job job;
 	/* under the job lock: the ascending run of contiguous destinations
@@ -82,11 +84,13 @@ static struct {
 	uintptr_t huge_last;    /* the last such job's first byte */
 	uintptr_t huge_done;    /* regions below this were looked at */
 	uintptr_t run_first;    /* the run's first job's first byte */
-	int vma;                /* the run's mapping: 0 not looked at, 1
-	                         * private anonymous ([vma_lo, vma_hi)), -1 not */
-	uintptr_t vma_lo, vma_hi;
-	uintptr_t pop_done;     /* the run's regions below are populated */
-	int pop_off;            /* MADV_POPULATE_WRITE unknown (Linux < 5.14) */
+	uintptr_t run_top;      /* its mapping's end at the last look, aligned
+	                         * down to a region (0: not looked at) */
+	uintptr_t pop_done;     /* the run's regions below are done with
+	                         * (UINTPTR_MAX: the run is left alone) */
+	int hinted;             /* the run's mapping was advised */
+	int pop_ok;             /* MADV_POPULATE_WRITE: 0 not asked, 1 works,
+	                         * -1 unknown to the kernel (Linux < 5.14) */
 	/* the hand-off, each on its own cache line */
 	_Alignas(64) uint32_t gen;      /* job number; the workers' futex */
 	_Alignas(64) int sleepers;      /* workers in (or entering) futex wait */
@@ -146,17 +150,15 @@ GPO__COPY(gpo__copy16, 16)
 #define GPO__HUGE ((uintptr_t)2 << 20)
 
 /* Regions [a, b) of a populate job: faulted in, writable, as a first
- * write would fault them, without writing (MADV_POPULATE_WRITE). A
- * kernel without it (EINVAL) turns populating off for good. */
+ * write would fault them, without writing (MADV_POPULATE_WRITE). An
+ * error (the mapping changed under the job: a protection, a hole) ends
+ * this slice; the copy that follows faults what is left, as before. */
 static void gpo__populate(const struct gpo__job *j, int64_t a, int64_t b)
 {
 	for (int64_t i = a; i < b; i++)
 		if (madvise((void *)(j->x + i * (int64_t)GPO__HUGE), GPO__HUGE,
-			    MADV_POPULATE_WRITE) != 0) {
-			if (errno == EINVAL)
-				__atomic_store_n(&E.pop_off, 1, __ATOMIC_RELAXED);
+			    MADV_POPULATE_WRITE) != 0)
 			return;
-		}
 }
 
 static void gpo__slice(const struct gpo__job *j, int k)
@@ -186,13 +188,28 @@ static void gpo__run(int t);
 
 /* ---- Huge pages for a fresh destination --------------------------------- */
 
-/* How far beyond a gather's job its run's regions are looked at (and
- * advised), and populated: the next calls of the same linearization
- * write there, and a region can only be one page if it is advised before
- * its first byte is written. */
+/* How far beyond a gather's job its run's mapping is made ready, and in
+ * batches of how many regions (one populate job: a region per thread). */
 #define GPO__HUGE_AHEAD 16
-/* Regions populated at once (one populate job, a region per thread). */
 #define GPO__POP_BATCH 8
+
+/* Whether the kernel knows MADV_POPULATE_WRITE (Linux 5.14), asked once
+ * on a page of our own, so that an error on the program's memory (a
+ * protection, a hole) is never taken for an old kernel. */
+static int gpo__pop_supported(void)
+{
+	if (!E.pop_ok) {
+		void *p = mmap(NULL, 4096, PROT_READ | PROT_WRITE,
+			       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+		E.pop_ok = -1;
+		if (p != MAP_FAILED) {
+			if (madvise(p, 4096, MADV_POPULATE_WRITE) == 0)
+				E.pop_ok = 1;
+			munmap(p, 4096);
+		}
+	}
+	return E.pop_ok == 1;
+}
 
 /*
  * A gather (contiguous destination [lo, hi)): numpy writes it into a
@@ -202,97 +219,95 @@ static void gpo__run(int t);
  * scale beyond 4 threads, and made a 4096 x 4096 gather into fresh
  * memory cost about three times the same gather into touched memory).
  *
- * Runs: consecutive gathers whose destinations ascend are one run (one
- * linearization: each call's destination follows the last); one below
- * the last starts a new run (the next numpy call's buffer, often at the
- * address of the one just freed). From a run's second job on, and only
- * in a private anonymous mapping (the run's mapping, looked at once per
- * run in /proc/self/maps; never a file or shared memory): each 2 MiB
- * region of the destination and of the GPO__HUGE_AHEAD after it (inside
- * the mapping) that has no page resident (mincore: nothing there was
- * ever written) gets MADV_HUGEPAGE, the hint numpy gives its own large
- * arrays, once per run; then gpo__ahead populates them. Only a hint: the
- * kernel may ignore it (THP "never", prctl PR_SET_THP_DISABLE); content
- * is never touched. A run of one job (a lone copy) costs nothing. Under
- * the job lock, before the copy job.
+ * Runs: consecutive gathers whose destinations ascend by at most twice
+ * a job's length, as the columns of one linearization do (each follows
+ * the last); any other destination starts a new run (the next numpy
+ * call's buffer, often at the address of the one just freed). From a
+ * run's second job on, every GPO__POP_BATCH regions (and at the
+ * mapping's end), the mapping is looked at again in /proc/self/maps,
+ * so that nothing is done to a mapping that replaced the one the run
+ * began in; the run is left alone unless the job lies in private
+ * anonymous memory (never a file or shared memory), and nothing is done
+ * past that mapping's end. Then, for the regions after the job's last
+ * byte up to GPO__HUGE_AHEAD of them, when none of their pages is
+ * resident (mincore: nothing there was ever written):
+ *
+ * - once per run, MADV_HUGEPAGE, the hint numpy gives its own large
+ *   arrays, on the WHOLE mapping, so that it is faulted in 2 MiB at a
+ *   time and stays one mapping (a sub-range would split it, and mremap
+ *   of a range over two mappings fails); only when the run began in the
+ *   mapping's first page (the buffer is the mapping: malloc's mmap'd
+ *   chunk), never the heap. Only a hint: the kernel may ignore it (THP
+ *   "never", prctl PR_SET_THP_DISABLE), content is never touched.
+ * - those regions are populated by the engine's threads at once
+ *   (gpo__populate), so that no copy job waits for a huge page to be
+ *   zeroed by one of its threads while the others wait at the join.
+ *
+ * What the program would read there is zeros, before and after. Another
+ * thread of the program replacing the mapping between the look and the
+ * madvise is the one race left (docs/offload.md). Under the job lock,
+ * before the copy job.
  */
-static void gpo__ahead(uintptr_t hi, uintptr_t end, int t);
-
 static void gpo__huge(uintptr_t lo, uintptr_t hi, int t)
 {
-	unsigned char vec[GPO__HUGE / 4096];
-	uintptr_t r, end, top;
+	/* static: under the job lock, and the caller's stack may be small */
+	static unsigned char vec[GPO__HUGE_AHEAD * (GPO__HUGE / 4096)];
+	uintptr_t from, end, vlo, vhi;
+	size_t i, n;
+	int heap;
 
 	if (hi < lo || hi > UINTPTR_MAX - GPO__HUGE * (GPO__HUGE_AHEAD + 1))
 		return;
-	if (lo < E.huge_last || !E.run_first) {
-		E.huge_done = 0;        /* a new run: its first job */
-		E.run_first = lo;
+	if (!E.run_first || lo < E.huge_last || lo - E.huge_last > 2 * (hi - lo)) {
+		E.run_first = lo;       /* a new run: its first job */
 		E.huge_last = lo;
-		E.vma = 0;
+		E.run_top = 0;
 		E.pop_done = 0;
+		E.hinted = 0;
 		return;
 	}
 	E.huge_last = lo;
-	if (E.vma == 0)
-		E.vma = gpo_pcopy_anon_vma(lo, &E.vma_lo, &E.vma_hi) == 0 ? 1 : -1;
-	if (E.vma != 1)
+	if (E.pop_done == UINTPTR_MAX)
 		return;
-	r = (lo + GPO__HUGE - 1) & ~(GPO__HUGE - 1);    /* not lo's: written */
-	if (r < E.huge_done)
-		r = E.huge_done;
-	if (r < E.vma_lo)
-		r = (E.vma_lo + GPO__HUGE - 1) & ~(GPO__HUGE - 1);
-	end = ((hi + GPO__HUGE - 1) & ~(GPO__HUGE - 1)) +
-	      GPO__HUGE * GPO__HUGE_AHEAD;
-	top = E.vma_hi & ~(GPO__HUGE - 1);
-	if (end > top)
-		end = top;
-	for (; r < end; r += GPO__HUGE) {
-		size_t i = 0;
-
-		if (mincore((void *)r, GPO__HUGE, vec) != 0)
-			continue;
-		while (i < sizeof vec && !(vec[i] & 1))
-			i++;
-		if (i == sizeof vec)
-			(void)madvise((void *)r, GPO__HUGE, MADV_HUGEPAGE);
-	}
-	if (end > E.huge_done)
-		E.huge_done = end;
-	gpo__ahead(hi, end, t);
-}
-
-/*
- * The run's regions after the job's last byte, up to `end` (what
- * gpo__huge looked at: inside the run's private anonymous mapping),
- * faulted in by the engine's threads at once, GPO__POP_BATCH or more at a
- * time (at the mapping's end, what is left), a region per thread
- * (MADV_POPULATE_WRITE: as a first write would fault them, without
- * writing). A huge-page fault zeroes 2 MiB in the thread that makes it,
- * while the job's other threads wait for that one at the join: ahead of
- * the copy and in parallel, the faults are off the copy's path. What the
- * program would read there is zeros, before and after; the cost is
- * memory the run's next calls write anyway, and at most GPO__HUGE_AHEAD
- * regions past the buffer when the same mapping continues beyond it.
- */
-static void gpo__ahead(uintptr_t hi, uintptr_t end, int t)
-{
-	uintptr_t from = (hi + GPO__HUGE - 1) & ~(GPO__HUGE - 1);
-
-	if (t < 2 || __atomic_load_n(&E.pop_off, __ATOMIC_RELAXED))
-		return;
+	from = (hi + GPO__HUGE - 1) & ~(GPO__HUGE - 1);
 	if (from < E.pop_done)
 		from = E.pop_done;
-	if (end <= from || (end - from < GPO__POP_BATCH * GPO__HUGE &&
-			    end != (E.vma_hi & ~(GPO__HUGE - 1))))
+	end = ((hi + GPO__HUGE - 1) & ~(GPO__HUGE - 1)) + GPO__HUGE * GPO__HUGE_AHEAD;
+	if (E.run_top && end > E.run_top)
+		end = E.run_top;
+	if (end <= from || (end - from < GPO__POP_BATCH * GPO__HUGE && end != E.run_top))
+		return;
+	/* A batch is due: the mapping as it is now. */
+	if (gpo_pcopy_anon_vma(lo, &vlo, &vhi, &heap) != 0 || hi > vhi) {
+		E.pop_done = UINTPTR_MAX;
+		return;
+	}
+	E.run_top = vhi & ~(GPO__HUGE - 1);
+	if (end > E.run_top)
+		end = E.run_top;
+	if (end <= from)
+		return;
+	E.pop_done = end;
+	n = (size_t)((end - from) / 4096);
+	if (mincore((void *)from, end - from, vec) != 0)
+		return;
+	for (i = 0; i < n && !(vec[i] & 1); i++)
+		;
+	if (i < n) {
+		E.pop_done = UINTPTR_MAX;       /* the program's pages: the */
+		return;                         /* run is left as it is */
+	}
+	if (!E.hinted && !heap && E.run_first - vlo < 4096) {
+		(void)madvise((void *)vlo, vhi - vlo, MADV_HUGEPAGE);
+		E.hinted = 1;
+	}
+	if (t < 2 || !gpo__pop_supported())
 		return;
 	E.job.x = (const char *)from;
 	E.job.n = (int64_t)((end - from) / GPO__HUGE);
 	E.job.chunk = (E.job.n + t - 1) / t;
 	E.job.esz = 0;
 	gpo__run(t);
-	E.pop_done = end;
 }
 
 /* ---- Workers ----------------------------------------------------------------- */
@@ -342,7 +357,7 @@ static int gpo__claim(int k, uint32_t g)
 static void *gpo__worker(void *arg)
 {
 	int k = (int)(intptr_t)arg;
-	uint32_t seen = E.gen0;
+	uint32_t seen = E.start[k];
 
 	/* A name in ps/top -H (and what the engine's unit test counts). */
 	prctl(PR_SET_NAME, "gpo-copy", 0, 0, 0);
@@ -366,6 +381,7 @@ static void gpo__atfork_child(void)
 	E.gpu = 0;              /* a fork child stays on the CPU */
 	E.busy = 0;
 	E.sleepers = 0;
+	E.run_first = 0;        /* the parent's run is not the child's */
 	if (E.cfg == 1)
 		E.cfg = 0;
 }
@@ -403,6 +419,7 @@ static void gpo__grow(int want)
 	sigfillset(&all);
 	pthread_sigmask(SIG_SETMASK, &all, &old);
 	while (E.workers + 1 < want) {
+		E.start[E.workers + 1] = E.gen0;
 		if (pthread_create(&th, &at, gpo__worker,
 				   (void *)(intptr_t)(E.workers + 1)) != 0)
 			break;

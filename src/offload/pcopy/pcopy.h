@@ -76,9 +76,11 @@ extern int gpo_pcopy_cpus;
 int gpo_pcopy_threads(void);
 
 /* vma.c: 0 when addr lies in a private anonymous mapping (no file, not
- * shared, readable and writable), with that mapping's [*lo, *hi); -1 when
- * not, or when /proc/self/maps cannot be read. Opens and closes one
- * descriptor (O_CLOEXEC); errno is not preserved (the caller's job). */
-int gpo_pcopy_anon_vma(uintptr_t addr, uintptr_t *lo, uintptr_t *hi);
+ * shared, readable and writable), with that mapping's [*lo, *hi) and
+ * *heap 1 when it is the heap ("[heap]"); -1 when not, or when
+ * /proc/self/maps cannot be read. Opens and closes one descriptor
+ * (O_CLOEXEC); errno is not preserved (the caller's job). Not reentrant:
+ * callers are serialised (the engine's job lock). */
+int gpo_pcopy_anon_vma(uintptr_t addr, uintptr_t *lo, uintptr_t *hi, int *heap);
 
 #endif

@@ -44,7 +44,7 @@ static int gpo__hex(const char **p, const char *end, uintptr_t *v)
  * mapping (then *anon says whether it is private anonymous), 0 when not,
  * -1 when it cannot be read. */
 static int gpo__line(const char *s, const char *end, uintptr_t addr,
-		     uintptr_t *lo, uintptr_t *hi, int *anon)
+		     uintptr_t *lo, uintptr_t *hi, int *anon, int *heap)
 {
 	uintptr_t a, b, off, inode;
 	const char *perms;
@@ -77,15 +77,19 @@ static int gpo__line(const char *s, const char *end, uintptr_t addr,
 	/* Private, readable and writable, no file: no path at all, the heap,
 	 * or a name given with prctl(PR_SET_VMA_ANON_NAME). Not a stack. */
 	len = (size_t)(end - s);
+	*heap = len == 6 && !memcmp(s, "[heap]", 6);
 	*anon = !memcmp(perms, "rw-p", 4) && inode == 0 &&
 		(len == 0 || (len == 6 && !memcmp(s, "[heap]", 6)) ||
 		 (len > 6 && !memcmp(s, "[anon:", 6)));
 	return 1;
 }
 
-int gpo_pcopy_anon_vma(uintptr_t addr, uintptr_t *lo, uintptr_t *hi)
+int gpo_pcopy_anon_vma(uintptr_t addr, uintptr_t *lo, uintptr_t *hi, int *heap)
 {
-	char buf[1536];         /* a line longer than this: its range still read */
+	/* static: callers are serialised (pcopy.h), and the caller's stack
+	 * may be a small thread's; a line longer than this: its range still
+	 * read */
+	static char buf[1536];
 	size_t have = 0;
 	int fd = open("/proc/self/maps", O_RDONLY | O_CLOEXEC), found = 0, anon = 0;
 
@@ -99,7 +103,7 @@ int gpo_pcopy_anon_vma(uintptr_t addr, uintptr_t *lo, uintptr_t *hi)
 			break;
 		have += (size_t)r;
 		while ((nl = memchr(s, '\n', have - (size_t)(s - buf)))) {
-			int m = gpo__line(s, nl, addr, lo, hi, &anon);
+			int m = gpo__line(s, nl, addr, lo, hi, &anon, heap);
 			if (m != 0) {
 				found = m;
 				break;
@@ -113,7 +117,7 @@ int gpo_pcopy_anon_vma(uintptr_t addr, uintptr_t *lo, uintptr_t *hi)
 		 * after its address range was looked at. */
 		have -= (size_t)(s - buf);
 		if (have == sizeof buf) {
-			int m = gpo__line(buf, buf + have, addr, lo, hi, &anon);
+			int m = gpo__line(buf, buf + have, addr, lo, hi, &anon, heap);
 			if (m != 0) {
 				found = m;
 				break;

@@ -101,13 +101,13 @@ static double *map(void *at)
 static void vma(const char *what, void *p, size_t off, size_t len)
 {
 	uintptr_t lo = 0, hi = 0;
-	int rc = gpo_pcopy_anon_vma((uintptr_t)p + off, &lo, &hi);
+	int heap = 0, rc = gpo_pcopy_anon_vma((uintptr_t)p + off, &lo, &hi, &heap);
 
 	if (rc == 0 && len && (lo != (uintptr_t)p || hi != (uintptr_t)p + len))
 		printf("vma %s BAD %#lx-%#lx\n", what, (unsigned long)lo,
 		       (unsigned long)hi);
 	else
-		printf("vma %s %d\n", what, rc);
+		printf("vma %s %d%s\n", what, rc, heap ? "h" : "");
 }
 
 static int vmas(void)
