@@ -43,7 +43,8 @@ def build(name):
                     "-Isrc/offload/pcopy", f"-I{F.BUILD}/offload/gen",
                     "-Isrc/lease", "-o", str(exe), str(SRC / f"{name}.c"),
                     "tests/offload/pcopy/msgstub.c",
-                    "src/offload/pcopy/pcopy.c", "src/offload/pcopy/vma.c",
+                    "src/offload/pcopy/pcopy.c", "src/offload/pcopy/ahead.c",
+                    "src/offload/pcopy/vma.c",
                     "src/lease/num.c"], check=True, cwd=str(r))
     return exe
 

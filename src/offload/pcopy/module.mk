@@ -15,8 +15,8 @@
 
 PCOPY_SAVED_GOAL := $(.DEFAULT_GOAL)
 
-PCOPY_SRC := src/offload/pcopy/pcopy.c src/offload/pcopy/vma.c src/offload/pcopy/call.c
-PCOPY_HDR := src/offload/pcopy/pcopy.h
+PCOPY_SRC := src/offload/pcopy/pcopy.c src/offload/pcopy/ahead.c src/offload/pcopy/vma.c src/offload/pcopy/call.c
+PCOPY_HDR := src/offload/pcopy/pcopy.h src/offload/pcopy/ahead.h
 PCOPY_OBJ := $(patsubst src/%.c,$(B)/obj/%.o,$(PCOPY_SRC))
 OFL_OBJ   += $(PCOPY_OBJ)
 $(OFL_UNGATED): $(PCOPY_OBJ)
@@ -26,7 +26,7 @@ PCOPY_T   := $(B)/tests/offload/pcopy
 PCOPY_TS  := tests/offload/pcopy
 # The engine alone, for the sanitizer builds: it needs gm_parse_uint and
 # the frontend's header (ops.h: generated).
-PCOPY_UNIT_SRC := $(PCOPY_TS)/pcunit.c $(PCOPY_TS)/msgstub.c src/offload/pcopy/pcopy.c src/offload/pcopy/vma.c src/lease/num.c
+PCOPY_UNIT_SRC := $(PCOPY_TS)/pcunit.c $(PCOPY_TS)/msgstub.c src/offload/pcopy/pcopy.c src/offload/pcopy/ahead.c src/offload/pcopy/vma.c src/lease/num.c
 PCOPY_UNIT_DEP := $(PCOPY_UNIT_SRC) $(PCOPY_HDR) src/offload/frontend.h $(OFL_GEN)/ops.h
 PCOPY_UNIT_INC := -include src/offload/compat.h -Isrc/offload -Isrc/offload/pcopy \
                   -I$(OFL_GEN) -Isrc/lease
@@ -51,7 +51,7 @@ $(PCOPY_T)/pcunit: $(PCOPY_UNIT_DEP)
 	$(CC) $(WARN) $(CFLAGS) -pthread $(PCOPY_UNIT_INC) -o $@ $(PCOPY_UNIT_SRC)
 
 # The huge-page hint seen in /proc/self/smaps (pchuge.c).
-PCOPY_HUGE_SRC := $(PCOPY_TS)/pchuge.c $(PCOPY_TS)/msgstub.c src/offload/pcopy/pcopy.c src/offload/pcopy/vma.c src/lease/num.c
+PCOPY_HUGE_SRC := $(PCOPY_TS)/pchuge.c $(PCOPY_TS)/msgstub.c src/offload/pcopy/pcopy.c src/offload/pcopy/ahead.c src/offload/pcopy/vma.c src/lease/num.c
 $(PCOPY_T)/pchuge: $(PCOPY_HUGE_SRC) $(PCOPY_HDR) src/offload/frontend.h $(OFL_GEN)/ops.h
 	@mkdir -p $(@D)
 	$(CC) $(WARN) $(CFLAGS) -pthread $(PCOPY_UNIT_INC) -o $@ $(PCOPY_HUGE_SRC)

@@ -19,6 +19,9 @@
  * live as long as the process. fork: the child has none of them; the
  * atfork child handler forgets them (and a job lock some other thread
  * held), so the child creates its own at its first qualifying call.
+ *
+ * A gather's fresh destination is prepared by ahead.c (huge pages, and
+ * populate jobs run here: gpo_pcopy_populate) before its copy job.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -37,6 +40,7 @@
 
 #include "frontend.h"
 #include "lease.h"
+#include "ahead.h"
 #include "pcopy.h"
 
 /* (The pthread functions' old symbol versions: compat.h.) */
@@ -79,18 +83,6 @@ static struct {
 	                                         * its pthread_create */
 	int busy;               /* the job lock */
 	struct gpo__job job;
-	/* under the job lock: the ascending run of contiguous destinations
-	 * whose huge-page regions were looked at (gpo__huge) */
-	uintptr_t huge_last;    /* the last such job's first byte */
-	uintptr_t huge_done;    /* regions below this were looked at */
-	uintptr_t run_first;    /* the run's first job's first byte */
-	uintptr_t run_top;      /* its mapping's end at the last look, aligned
-	                         * down to a region (0: not looked at) */
-	uintptr_t pop_done;     /* the run's regions below are done with
-	                         * (UINTPTR_MAX: the run is left alone) */
-	int hinted;             /* the run's mapping was advised */
-	int pop_ok;             /* MADV_POPULATE_WRITE: 0 not asked, 1 works,
-	                         * -1 unknown to the kernel (Linux < 5.14) */
 	/* the hand-off, each on its own cache line */
 	_Alignas(64) uint32_t gen;      /* job number; the workers' futex */
 	_Alignas(64) int sleepers;      /* workers in (or entering) futex wait */
@@ -141,14 +133,6 @@ GPO__COPY(gpo__copy4, 4)
 GPO__COPY(gpo__copy8, 8)
 GPO__COPY(gpo__copy16, 16)
 
-#ifndef MADV_POPULATE_WRITE
-#define MADV_POPULATE_WRITE 23  /* Linux 5.14 */
-#endif
-/* The regions of a transparent huge page (x86-64 and arm64 with 4 KiB
- * pages). A region advised before anything touched it is faulted in as
- * one page: zeroed at once instead of 512 faults. */
-#define GPO__HUGE ((uintptr_t)2 << 20)
-
 /* Regions [a, b) of a populate job: faulted in, writable, as a first
  * write would fault them, without writing (MADV_POPULATE_WRITE). An
  * error (the mapping changed under the job: a protection, a hole) ends
@@ -156,7 +140,7 @@ GPO__COPY(gpo__copy16, 16)
 static void gpo__populate(const struct gpo__job *j, int64_t a, int64_t b)
 {
 	for (int64_t i = a; i < b; i++)
-		if (madvise((void *)(j->x + i * (int64_t)GPO__HUGE), GPO__HUGE,
+		if (madvise((void *)(j->x + i * (int64_t)GPO_AHEAD_REGION), GPO_AHEAD_REGION,
 			    MADV_POPULATE_WRITE) != 0)
 			return;
 }
@@ -182,132 +166,6 @@ static void gpo__slice(const struct gpo__job *j, int k)
 	case 8: gpo__copy8(x, j->sx, y, j->sy, b - a); break;
 	default: gpo__copy16(x, j->sx, y, j->sy, b - a); break;
 	}
-}
-
-static void gpo__run(int t);
-
-/* ---- Huge pages for a fresh destination --------------------------------- */
-
-/* How far beyond a gather's job its run's mapping is made ready, and in
- * batches of how many regions (one populate job: a region per thread). */
-#define GPO__HUGE_AHEAD 16
-#define GPO__POP_BATCH 8
-
-/* Whether the kernel knows MADV_POPULATE_WRITE (Linux 5.14), asked once
- * on a page of our own, so that an error on the program's memory (a
- * protection, a hole) is never taken for an old kernel. */
-static int gpo__pop_supported(void)
-{
-	if (!E.pop_ok) {
-		void *p = mmap(NULL, 4096, PROT_READ | PROT_WRITE,
-			       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-		E.pop_ok = -1;
-		if (p != MAP_FAILED) {
-			if (madvise(p, 4096, MADV_POPULATE_WRITE) == 0)
-				E.pop_ok = 1;
-			munmap(p, 4096);
-		}
-	}
-	return E.pop_ok == 1;
-}
-
-/*
- * A gather (contiguous destination [lo, hi)): numpy writes it into a
- * buffer it has just malloc'd, so every page is faulted in by the copy,
- * 4 KiB at a time, and the engine's threads fault in parallel into one
- * mm (measured on the H200 machine: 4 KiB faults of fresh memory do not
- * scale beyond 4 threads, and made a 4096 x 4096 gather into fresh
- * memory cost about three times the same gather into touched memory).
- *
- * Runs: consecutive gathers whose destinations ascend by at most twice
- * a job's length, as the columns of one linearization do (each follows
- * the last); any other destination starts a new run (the next numpy
- * call's buffer, often at the address of the one just freed). From a
- * run's second job on, every GPO__POP_BATCH regions (and at the
- * mapping's end), the mapping is looked at again in /proc/self/maps,
- * so that nothing is done to a mapping that replaced the one the run
- * began in; the run is left alone unless the job lies in private
- * anonymous memory (never a file or shared memory), and nothing is done
- * past that mapping's end. Then, for the regions after the job's last
- * byte up to GPO__HUGE_AHEAD of them, when none of their pages is
- * resident (mincore: nothing there was ever written):
- *
- * - once per run, MADV_HUGEPAGE, the hint numpy gives its own large
- *   arrays, on the WHOLE mapping, so that it is faulted in 2 MiB at a
- *   time and stays one mapping (a sub-range would split it, and mremap
- *   of a range over two mappings fails); only when the run began in the
- *   mapping's first page (the buffer is the mapping: malloc's mmap'd
- *   chunk), never the heap. Only a hint: the kernel may ignore it (THP
- *   "never", prctl PR_SET_THP_DISABLE), content is never touched.
- * - those regions are populated by the engine's threads at once
- *   (gpo__populate), so that no copy job waits for a huge page to be
- *   zeroed by one of its threads while the others wait at the join.
- *
- * What the program would read there is zeros, before and after. Another
- * thread of the program replacing the mapping between the look and the
- * madvise is the one race left (docs/offload.md). Under the job lock,
- * before the copy job.
- */
-static void gpo__huge(uintptr_t lo, uintptr_t hi, int t)
-{
-	/* static: under the job lock, and the caller's stack may be small */
-	static unsigned char vec[GPO__HUGE_AHEAD * (GPO__HUGE / 4096)];
-	uintptr_t from, end, vlo, vhi;
-	size_t i, n;
-	int heap;
-
-	if (hi < lo || hi > UINTPTR_MAX - GPO__HUGE * (GPO__HUGE_AHEAD + 1))
-		return;
-	if (!E.run_first || lo < E.huge_last || lo - E.huge_last > 2 * (hi - lo)) {
-		E.run_first = lo;       /* a new run: its first job */
-		E.huge_last = lo;
-		E.run_top = 0;
-		E.pop_done = 0;
-		E.hinted = 0;
-		return;
-	}
-	E.huge_last = lo;
-	if (E.pop_done == UINTPTR_MAX)
-		return;
-	from = (hi + GPO__HUGE - 1) & ~(GPO__HUGE - 1);
-	if (from < E.pop_done)
-		from = E.pop_done;
-	end = ((hi + GPO__HUGE - 1) & ~(GPO__HUGE - 1)) + GPO__HUGE * GPO__HUGE_AHEAD;
-	if (E.run_top && end > E.run_top)
-		end = E.run_top;
-	if (end <= from || (end - from < GPO__POP_BATCH * GPO__HUGE && end != E.run_top))
-		return;
-	/* A batch is due: the mapping as it is now. */
-	if (gpo_pcopy_anon_vma(lo, &vlo, &vhi, &heap) != 0 || hi > vhi) {
-		E.pop_done = UINTPTR_MAX;
-		return;
-	}
-	E.run_top = vhi & ~(GPO__HUGE - 1);
-	if (end > E.run_top)
-		end = E.run_top;
-	if (end <= from)
-		return;
-	E.pop_done = end;
-	n = (size_t)((end - from) / 4096);
-	if (mincore((void *)from, end - from, vec) != 0)
-		return;
-	for (i = 0; i < n && !(vec[i] & 1); i++)
-		;
-	if (i < n) {
-		E.pop_done = UINTPTR_MAX;       /* the program's pages: the */
-		return;                         /* run is left as it is */
-	}
-	if (!E.hinted && !heap && E.run_first - vlo < 4096) {
-		(void)madvise((void *)vlo, vhi - vlo, MADV_HUGEPAGE);
-		E.hinted = 1;
-	}
-	if (t < 2 || !gpo__pop_supported())
-		return;
-	E.job.x = (const char *)from;
-	E.job.n = (int64_t)((end - from) / GPO__HUGE);
-	E.job.chunk = (E.job.n + t - 1) / t;
-	E.job.esz = 0;
-	gpo__run(t);
 }
 
 /* ---- Workers ----------------------------------------------------------------- */
@@ -381,7 +239,7 @@ static void gpo__atfork_child(void)
 	E.gpu = 0;              /* a fork child stays on the CPU */
 	E.busy = 0;
 	E.sleepers = 0;
-	E.run_first = 0;        /* the parent's run is not the child's */
+	gpo_ahead_forget();     /* the parent's run is not the child's */
 	if (E.cfg == 1)
 		E.cfg = 0;
 }
@@ -464,6 +322,15 @@ static void gpo__run(int t)
 			else
 				gpo__pause();
 		}
+}
+
+void gpo_pcopy_populate(uintptr_t from, int64_t n, int t)
+{
+	E.job.x = (const char *)from;
+	E.job.n = n;
+	E.job.chunk = (n + t - 1) / t;
+	E.job.esz = 0;
+	gpo__run(t);
 }
 
 /* ---- Configuration ------------------------------------------------------------- */
@@ -590,7 +457,7 @@ int gpo_pcopy(int64_t n, const void *x, int64_t incx, void *y, int64_t incy,
 		gpo__grow(want);
 	t = E.workers + 1 < want ? E.workers + 1 : want;
 	if (E.huge && (incy == 1 || incy == -1))
-		gpo__huge(ylo, yhi, t);
+		gpo_ahead(ylo, yhi, t);
 	chunk = (n + t - 1) / t;
 	chunk = (chunk + GPO__SLICE_ALIGN - 1) / GPO__SLICE_ALIGN * GPO__SLICE_ALIGN;
 	E.job.x = x0;
