@@ -8,6 +8,7 @@ one run, side by side with numpy's own BLAS at the same thread count.
                                  [--reps R] [--suites numpy.linalg,scipy.linalg]
                                  [--suite-workers SUITE/MODE=N,...]
                                  [--sweep-sizes N,...] [--fresh-max N] [--warm-min N]
+                                 [--sweep-pairs K]
                                  [--max-call-s S]
 
 Sections (in this order; --sections picks some). Each selected section is
@@ -113,6 +114,9 @@ def main():
                     help="xdist workers of some suite runs: numpy.linalg/forced=8,...")
     ap.add_argument("--sweep-sizes", help="the sweep's sizes (default 16,32,...,16384)")
     ap.add_argument("--fresh-max", type=int)
+    ap.add_argument("--sweep-pairs", type=int,
+                    help="process pairs for every fresh point of the sweep (default 3, up to 15 "
+                    "more where unclear)")
     ap.add_argument("--warm-min", type=int,
                     help="the smallest size of the sweep's warm points (default 256): below, "
                     "only fresh process pairs")
@@ -147,6 +151,7 @@ def main():
     c.fresh_max = a.fresh_max or (16 if quick else 64 if c.smoke else 1024)
     c.max_call_s = a.max_call_s
     c.warm_min = a.warm_min
+    c.sweep_pairs = a.sweep_pairs
     c.turn_gap_s = a.turn_gap_s if a.turn_gap_s is not None else 0.0 if quick else 0.2
     c.suite_mods = [m for m in a.suites.split(",") if m]
     c.suite_workers = workers

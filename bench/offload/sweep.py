@@ -356,8 +356,14 @@ def sec_sweep(c):
     # Pass 1: every point, K1 pairs: enough for a clear verdict below
     # --fresh-max and in the small warm points, 2 above (1 where a CPU
     # call takes over 8 s, in run_batch).
+    # --sweep-pairs K: K pairs for every fresh point in pass 1 (and up to
+    # K in pass 2): a machine whose processes differ from one another by
+    # more than the 5% to be judged needs many process pairs a point.
+    pairs = getattr(c, "sweep_pairs", None)
     for p in pts:
         k1 = 1 if c.quick else 3 if p.kind == "fresh" or p.n <= c.fresh_max * 2 else 2
+        if pairs and p.kind == "fresh":
+            k1 = pairs
         if run_batch(p, k1, True):
             measured.append(p)
     # Pass 2: the unclear points first, then those with few pairs (quick
@@ -367,9 +373,11 @@ def sec_sweep(c):
         batches -= 1
         cand = []
         for p in measured:
-            if p.errors or not p.cpu or len(p.cpu) >= K_MAX[p.kind]:
+            kmax = max(K_MAX[p.kind], pairs or 0) if p.kind == "fresh" else K_MAX[p.kind]
+            kwant = max(K_WANT[p.kind], pairs or 0) if p.kind == "fresh" else K_WANT[p.kind]
+            if p.errors or not p.cpu or len(p.cpu) >= kmax:
                 continue
-            w = V.need(p.judge(), K_WANT[p.kind])
+            w = V.need(p.judge(), kwant)
             if w:
                 cand.append((w, -(p.pair_s or 1), p))
         cand.sort(key=lambda x: x[:2], reverse=True)

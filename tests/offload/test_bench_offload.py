@@ -434,3 +434,15 @@ def test_sweep_plan_keeps_to_its_budget(monkeypatch):
         assert "dgemm 16 fresh" in measured and "mixed - warm" in measured
     # With 330 s (what call 1 leaves the sweep) every size up to 8192 is in.
     assert {"dgemm 8192 warm", "eigh 8192 warm", "solve 8192 warm", "dgemm 16384 warm"} <= measured
+    # --sweep-pairs 12 over the small sizes: every fresh point gets 12 pairs
+    # (without it 3, and at most 9 in pass 2 for a clear one), in budget.
+    clock[0] = 0.0
+    c = Ctx()
+    c.res, c.md = {}, []
+    c.sweep_sizes, c.sweep_pairs = [16, 32, 64], 12
+    c.budget = H.Budget(300)
+    c.budget.section(300)
+    W.sec_sweep(c)
+    assert clock[0] <= 300, clock[0]
+    fresh = [p for p in c.res["sweep"]["points"] if p["kind"] == "fresh"]
+    assert len(fresh) == 13 and all(p["judge"]["k"] >= 12 for p in fresh), fresh
