@@ -27,7 +27,7 @@ PCOPY_TS  := tests/offload/pcopy
 # The engine alone, for the sanitizer builds: it needs gm_parse_uint and
 # the frontend's header (ops.h: generated).
 PCOPY_UNIT_SRC := $(PCOPY_TS)/pcunit.c $(PCOPY_TS)/msgstub.c src/offload/pcopy/pcopy.c src/offload/pcopy/ahead.c src/offload/pcopy/vma.c src/lease/num.c
-PCOPY_UNIT_DEP := $(PCOPY_UNIT_SRC) $(PCOPY_HDR) src/offload/frontend.h $(OFL_GEN)/ops.h
+PCOPY_UNIT_DEP := $(PCOPY_UNIT_SRC) $(PCOPY_TS)/copyref.h $(PCOPY_HDR) src/offload/frontend.h $(OFL_GEN)/ops.h
 PCOPY_UNIT_INC := -include src/offload/compat.h -Isrc/offload -Isrc/offload/pcopy \
                   -I$(OFL_GEN) -Isrc/lease
 
@@ -42,7 +42,8 @@ $(PCOPY_T)/libfcopy.so: $(PCOPY_TS)/fcopy.c
 	$(CC) $(WARN) -Wno-missing-prototypes $(CFLAGS) -fPIC -shared \
 	    -Wl,-soname,libfcopy.so -o $@ $<
 
-$(PCOPY_T)/copycheck: $(PCOPY_TS)/copycheck.c $(PCOPY_T)/libfcopy.so
+$(PCOPY_T)/copycheck: $(PCOPY_TS)/copycheck.c $(PCOPY_TS)/copyref.h tests/offload/ntasks.h \
+                     $(PCOPY_T)/libfcopy.so
 	$(CC) $(WARN) $(CFLAGS) -pthread -o $@ $< -L$(PCOPY_T) -lfcopy \
 	    -Wl,-rpath,'$$ORIGIN' -ldl
 

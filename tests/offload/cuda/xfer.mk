@@ -32,12 +32,12 @@ $(XFER_T)/fakedev/libcuda.so.1: tests/offload/cuda/fakedev.c
 	$(CC) $(WARN) -Wno-missing-prototypes $(CFLAGS) -fPIC -shared -fvisibility=hidden \
 	    -Wl,-soname,libcuda.so.1 -o $@ $<
 
-$(XFER_T)/xfertest: tests/offload/cuda/xfertest.c $(XFER_SRC) $(XFER_HDR)
+$(XFER_T)/xfertest: tests/offload/cuda/xfertest.c $(XFER_SRC) $(XFER_HDR) tests/offload/ntasks.h
 	@mkdir -p $(@D)
 	$(CC) $(WARN) $(CFLAGS) -pthread $(XFER_INC) -o $@ \
 	    tests/offload/cuda/xfertest.c $(XFER_SRC) -ldl
 
-$(XFER_T)/xfertest-san: tests/offload/cuda/xfertest.c $(XFER_SRC) $(XFER_HDR)
+$(XFER_T)/xfertest-san: tests/offload/cuda/xfertest.c $(XFER_SRC) $(XFER_HDR) tests/offload/ntasks.h
 	@mkdir -p $(@D)
 	$(CC) $(WARN) $(SAN_FLAGS) -pthread $(XFER_INC) -o $@ \
 	    tests/offload/cuda/xfertest.c $(XFER_SRC) -ldl

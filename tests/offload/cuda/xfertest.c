@@ -11,7 +11,6 @@
  * exits 1 if any failed.
  */
 #define _GNU_SOURCE
-#include <dirent.h>
 #include <dlfcn.h>
 #include <pthread.h>
 #include <sched.h>
@@ -24,6 +23,7 @@
 #include "backend.h"
 #include "xfault.h"
 #include "xfer.h"
+#include "../ntasks.h"
 
 static int checks, failed;
 static int base_tasks;          /* threads before the engine started (the
@@ -149,33 +149,18 @@ static void shapes(const char *cfg, uint64_t ch)
 	roundtrip(cfg, 8 * 37, 1000, 8 * 41, 8 * 40, 8 * 37);
 }
 
-/* Threads of this process (the engine's workers must be gone after stop). */
-static int ntasks_now(void)
-{
-	DIR *d = opendir("/proc/self/task");
-	struct dirent *e;
-	int n = 0;
-
-	if (!d)
-		return -1;
-	while ((e = readdir(d)))
-		n += e->d_name[0] != '.';
-	closedir(d);
-	return n;
-}
-
 /* A joined thread can stay listed in /proc for a moment after
  * pthread_join returned (the kernel wakes the joiner before it removes
  * the task), so a count above the one before the engine started is read
  * again a bounded number of times;
  * a thread that was never joined stays and fails the check. */
-static int ntasks(void)
+static int ntasks_settled(void)
 {
-	int n = ntasks_now();
+	int n = ntasks();
 
 	for (int i = 0; i < 100000 && n > base_tasks; i++) {
 		sched_yield();
-		n = ntasks_now();
+		n = ntasks();
 	}
 	return n;
 }
@@ -194,16 +179,16 @@ static void start(const char *cfg, uint64_t chunk, int nbuf, int threads,
 	      st.threads);
 	CHECK(fs.workers == GPC_XFAULT_THREADS, "%s: %d prefault workers", cfg,
 	      fs.workers);
-	CHECK(ntasks_now() == base_tasks + st.threads - 1 + fs.workers,
+	CHECK(ntasks() == base_tasks + st.threads - 1 + fs.workers,
 	      "%s: %d tasks, %d threads, %d prefault, %d before", cfg,
-	      ntasks_now(), st.threads, fs.workers, base_tasks);
+	      ntasks(), st.threads, fs.workers, base_tasks);
 }
 
 static void stop(const char *cfg)
 {
 	gpc_xfer_stop();
-	CHECK(ntasks() == base_tasks, "%s: %d threads after stop (%d before)",
-	      cfg, ntasks(), base_tasks);
+	CHECK(ntasks_settled() == base_tasks, "%s: %d threads after stop (%d before)",
+	      cfg, ntasks_settled(), base_tasks);
 	if (get)
 		CHECK(get("pinned") == 0 && get("registered") == 0,
 		      "%s: pinned %ld registered %ld after stop", cfg,
@@ -444,8 +429,8 @@ static void failures(void)
 	ctl("fail_hostalloc", 1);
 	CHECK(gpc_xfer_start() == -1, "start without pinned memory must fail");
 	ctl("fail_hostalloc", 0);
-	CHECK(ntasks() == base_tasks && get("pinned") == 0, "failed start left %d "
-	      "threads, %ld pinned", ntasks(), get("pinned"));
+	CHECK(ntasks_settled() == base_tasks && get("pinned") == 0, "failed start left %d "
+	      "threads, %ld pinned", ntasks_settled(), get("pinned"));
 
 	/* Registration: used from reg_min on; refused -> staged instead. */
 	start("reg", ch, 3, 2, 4096, 0);
@@ -590,7 +575,7 @@ int main(void)
 		printf("xfertest: no CUDA context\n");
 		return 2;
 	}
-	base_tasks = ntasks_now();
+	base_tasks = ntasks();
 	fake = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
 	if (fake) {
 		ctl = (void (*)(const char *, long))dlsym(fake, "fakedev_ctl");
@@ -621,8 +606,8 @@ int main(void)
 		      fs.workers);
 		gpc_xfer_stop();
 		unsetenv("GPU_OFFLOAD_CUDA_PREFAULT");
-		CHECK(ntasks() == base_tasks, "no prefault: %d threads after stop",
-		      ntasks());
+		CHECK(ntasks_settled() == base_tasks, "no prefault: %d threads after stop",
+		      ntasks_settled());
 	}
 	if (!get) {     /* a real GPU: the defaults too */
 		start("default", 0, 0, 0, 0, 0);

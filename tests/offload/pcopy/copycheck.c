@@ -34,6 +34,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../ntasks.h"
+#include "copyref.h"
+
 extern long fcopy_calls;
 
 static int checks, failed;
@@ -96,22 +99,6 @@ static void call(const struct fn *f, int64_t n, const void *x, int64_t incx,
 	}
 }
 
-/* The reference: BLAS semantics, index order. */
-static void ref(int64_t n, const char *x, int64_t incx, char *y, int64_t incy,
-		size_t esz)
-{
-	int64_t ix = incx < 0 ? (1 - n) * incx : 0;
-	int64_t iy = incy < 0 ? (1 - n) * incy : 0;
-
-	for (int64_t i = 0; i < n; i++, ix += incx, iy += incy)
-		memmove(y + iy * (int64_t)esz, x + ix * (int64_t)esz, esz);
-}
-
-static int64_t span(int64_t n, int64_t inc, size_t esz)
-{
-	return n <= 0 ? (int64_t)esz : ((n - 1) * llabs(inc) + 1) * (int64_t)esz;
-}
-
 static unsigned long long rng = 88172645463325252ull;
 static unsigned char rnd(void)
 {
@@ -145,7 +132,7 @@ static long big_calls, big_cpu, other_calls, other_cpu;
 static void one(const struct fn *f, int64_t n, int64_t incx, int64_t incy,
 		int big)
 {
-	int64_t xs = span(n, incx, f->esz), ys = span(n, incy, f->esz);
+	int64_t xs = copy_span(n, incx, f->esz), ys = copy_span(n, incy, f->esz);
 	unsigned char *x = src + MARGIN, *y = dst + MARGIN, *w = want + MARGIN;
 	long before;
 
@@ -158,7 +145,7 @@ static void one(const struct fn *f, int64_t n, int64_t incx, int64_t incy,
 	memset(dst, 0xa5, (size_t)ys + 2 * MARGIN);
 	memset(want, 0xa5, (size_t)ys + 2 * MARGIN);
 	if (n > 0)
-		ref(n, (const char *)x, incx, (char *)w, incy, f->esz);
+		copy_ref(n, (const char *)x, incx, (char *)w, incy, f->esz);
 	before = fcopy_calls;
 	call(f, n, x, incx, y, incy);
 	CHECK(memcmp(dst, want, (size_t)ys + 2 * MARGIN) == 0,
@@ -178,13 +165,13 @@ static void one(const struct fn *f, int64_t n, int64_t incx, int64_t incy,
  * library's index order defines the result. */
 static void overlap(const struct fn *f, int64_t n, int64_t s)
 {
-	size_t bytes = (size_t)span(n, s, f->esz) + 2 * MARGIN;
+	size_t bytes = (size_t)copy_span(n, s, f->esz) + 2 * MARGIN;
 	unsigned char *a = xalloc(bytes), *b = xalloc(bytes);
 	long before = fcopy_calls;
 
 	for (size_t i = 0; i < bytes; i++)
 		a[i] = b[i] = rnd();
-	ref(n, (const char *)b + MARGIN, s, (char *)b + MARGIN + f->esz * 3, 1, f->esz);
+	copy_ref(n, (const char *)b + MARGIN, s, (char *)b + MARGIN + f->esz * 3, 1, f->esz);
 	call(f, n, a + MARGIN, s, a + MARGIN + f->esz * 3, 1);
 	CHECK(memcmp(a, b, bytes) == 0, "%s overlap: wrong bytes", f->name);
 	other_calls++;
@@ -264,21 +251,6 @@ static int big_copy(const struct big *b, int col)
 	return 1;
 }
 
-static int tasks(void)
-{
-	DIR *d = opendir("/proc/self/task");
-	struct dirent *e;
-	int n = 0;
-
-	if (!d)
-		return -1;
-	while ((e = readdir(d)))
-		if (e->d_name[0] != '.')
-			n++;
-	closedir(d);
-	return n;
-}
-
 static void *thread_main(void *arg)
 {
 	struct big b;
@@ -314,14 +286,14 @@ static int mode_threads(void)
  * parent's threads absent, the child's own made. */
 static int fork_level(struct big *b, int depth)
 {
-	int t0 = tasks(), ok = 1, st;
+	int t0 = ntasks(), ok = 1, st;
 	long before = fcopy_calls;
 	pid_t pid;
 
 	for (int r = 0; r < 20; r++)
 		ok &= big_copy(b, r);
 	printf("depth %d tasks-before %d tasks-after %d copies-right %d reached-cpu-library %ld\n",
-	       depth, t0, tasks(), ok, fcopy_calls - before);
+	       depth, t0, ntasks(), ok, fcopy_calls - before);
 	fflush(stdout);
 	if (depth == 2)
 		return 0;
@@ -361,7 +333,7 @@ static int mode_errno(void)
 static int mode_tasks(void)
 {
 	struct big b;
-	int t0 = tasks(), t1, ok;
+	int t0 = ntasks(), t1, ok;
 	double x[64], y[64 * 8];
 
 	big_init(&b);
@@ -371,10 +343,10 @@ static int mode_tasks(void)
 	call(&fns[6], 64, x, 1, y, 8);
 	call(&fns[6], 8, b.x, BS, y, 1);
 	call(&fns[6], BN, b.x, 1, b.y, 1);
-	t1 = tasks();
+	t1 = ntasks();
 	ok = big_copy(&b, 1);
 	printf("tasks start %d after-others %d after-qualifying %d copies-right %d\n",
-	       t0, t1, tasks(), ok);
+	       t0, t1, ntasks(), ok);
 	return 0;
 }
 

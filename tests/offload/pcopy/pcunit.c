@@ -19,6 +19,7 @@
 
 #include "frontend.h"
 #include "pcopy.h"
+#include "copyref.h"
 
 static int checks, failed;
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
@@ -26,37 +27,22 @@ static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 	if (!(c)) { failed++; printf("FAIL %s:%d: ", __FILE__, __LINE__); \
 	printf(__VA_ARGS__); printf("\n"); } pthread_mutex_unlock(&lock); } while (0)
 
-static void ref(int64_t n, const char *x, int64_t incx, char *y, int64_t incy,
-		size_t esz)
-{
-	int64_t ix = incx < 0 ? (1 - n) * incx : 0;
-	int64_t iy = incy < 0 ? (1 - n) * incy : 0;
-
-	for (int64_t i = 0; i < n; i++, ix += incx, iy += incy)
-		memcpy(y + iy * (int64_t)esz, x + ix * (int64_t)esz, esz);
-}
-
-static int64_t span(int64_t n, int64_t inc, size_t esz)
-{
-	return ((n - 1) * llabs(inc) + 1) * (int64_t)esz;
-}
-
 /* One copy; returns what gpo_pcopy returned (the copy is then checked)
  * or, when it declined, does the reference copy itself. */
 static int one(unsigned char *x, unsigned char *y, unsigned char *w,
 	       int64_t n, int64_t incx, int64_t incy, unsigned esz)
 {
-	int64_t ys = span(n, incy, esz);
+	int64_t ys = copy_span(n, incy, esz);
 	int rc;
 
-	for (int64_t i = 0; i < span(n, incx, esz); i += 13)
+	for (int64_t i = 0; i < copy_span(n, incx, esz); i += 13)
 		x[i] = (unsigned char)(i * 31 + n);
 	memset(y, 0x5a, (size_t)ys);
 	memset(w, 0x5a, (size_t)ys);
-	ref(n, (const char *)x, incx, (char *)w, incy, esz);
+	copy_ref(n, (const char *)x, incx, (char *)w, incy, esz);
 	rc = gpo_pcopy(n, x, incx, y, incy, esz);
 	if (!rc)
-		ref(n, (const char *)x, incx, (char *)y, incy, esz);
+		copy_ref(n, (const char *)x, incx, (char *)y, incy, esz);
 	CHECK(memcmp(y, w, (size_t)ys) == 0, "n=%lld incx=%lld incy=%lld esz=%u rc=%d",
 	      (long long)n, (long long)incx, (long long)incy, esz, rc);
 	return rc;
