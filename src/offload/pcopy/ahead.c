@@ -99,7 +99,7 @@ void gpo_ahead(uintptr_t lo, uintptr_t hi, int t)
 {
 	/* static: under the job lock, and the caller's stack may be small */
 	static unsigned char vec[GPO__AHEAD * (GPO_AHEAD_REGION / 4096)];
-	uintptr_t from, end, vlo, vhi;
+	uintptr_t up, from, end, vlo, vhi;
 	size_t i, n;
 	int heap;
 
@@ -116,10 +116,9 @@ void gpo_ahead(uintptr_t lo, uintptr_t hi, int t)
 	R.last = lo;
 	if (R.done == UINTPTR_MAX)
 		return;
-	from = (hi + GPO_AHEAD_REGION - 1) & ~(GPO_AHEAD_REGION - 1);
-	if (from < R.done)
-		from = R.done;
-	end = ((hi + GPO_AHEAD_REGION - 1) & ~(GPO_AHEAD_REGION - 1)) + GPO_AHEAD_REGION * GPO__AHEAD;
+	up = (hi + GPO_AHEAD_REGION - 1) & ~(GPO_AHEAD_REGION - 1);
+	from = up > R.done ? up : R.done;
+	end = up + GPO_AHEAD_REGION * GPO__AHEAD;
 	if (R.top && end > R.top)
 		end = R.top;
 	if (end <= from || (end - from < GPO__POP_BATCH * GPO_AHEAD_REGION && end != R.top))
@@ -141,8 +140,8 @@ void gpo_ahead(uintptr_t lo, uintptr_t hi, int t)
 	for (i = 0; i < n && !(vec[i] & 1); i++)
 		;
 	if (i < n) {
-		R.done = UINTPTR_MAX;       /* the program's pages: the */
-		return;                         /* run is left as it is */
+		R.done = UINTPTR_MAX;   /* the program's pages: the run */
+		return;                 /* is left as it is */
 	}
 	if (!R.hinted && !heap && R.run_first - vlo < 4096) {
 		(void)madvise((void *)vlo, vhi - vlo, MADV_HUGEPAGE);

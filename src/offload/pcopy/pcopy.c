@@ -78,9 +78,10 @@ static struct {
 	/* workers: under the job lock */
 	int workers;            /* running (0 until the first job) */
 	int tried;              /* the most threads attempted (this process) */
-	uint32_t gen0;          /* E.gen when the workers were created */
-	uint32_t start[GPO_PCOPY_MAX_THREADS];  /* worker k's: written before
-	                                         * its pthread_create */
+	uint32_t start[GPO_PCOPY_MAX_THREADS];  /* worker k's first job number
+	                                         * seen: E.gen when it was
+	                                         * created, written before its
+	                                         * pthread_create */
 	int busy;               /* the job lock */
 	struct gpo__job job;
 	/* the hand-off, each on its own cache line */
@@ -252,6 +253,7 @@ static void gpo__grow(int want)
 	pthread_attr_t at;
 	pthread_t th;
 	sigset_t all, old;
+	uint32_t gen0;
 
 	if (want <= E.tried)
 		return;
@@ -264,10 +266,10 @@ static void gpo__grow(int want)
 	}
 	/* No job runs (the job lock): a new worker starts at the current
 	 * job number, its slice claimed for it (so that it waits for the
-	 * next job); the running workers never read gen0 again. */
-	E.gen0 = __atomic_load_n(&E.gen, __ATOMIC_RELAXED);
+	 * next job). */
+	gen0 = __atomic_load_n(&E.gen, __ATOMIC_RELAXED);
 	for (int k = E.workers + 1; k < GPO_PCOPY_MAX_THREADS; k++)
-		E.claim[k].job = E.gen0;
+		E.claim[k].job = gen0;
 	if (pthread_attr_init(&at) != 0)
 		return;
 	pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
@@ -277,7 +279,7 @@ static void gpo__grow(int want)
 	sigfillset(&all);
 	pthread_sigmask(SIG_SETMASK, &all, &old);
 	while (E.workers + 1 < want) {
-		E.start[E.workers + 1] = E.gen0;
+		E.start[E.workers + 1] = gen0;
 		if (pthread_create(&th, &at, gpo__worker,
 				   (void *)(intptr_t)(E.workers + 1)) != 0)
 			break;
@@ -420,7 +422,7 @@ int gpo_pcopy(int64_t n, const void *x, int64_t incx, void *y, int64_t incy,
 	const char *x0, *y0;
 	int e, t, want, gpu, expect = 0;
 	int64_t chunk;
-	
+
 	if (n < gpo_pcopy_min_n || incx == 0 || incy == 0 || !x || !y ||
 	    (esz != 4 && esz != 8 && esz != 16))
 		return 0;

@@ -79,8 +79,7 @@ static int gpo__line(const char *s, const char *end, uintptr_t addr,
 	len = (size_t)(end - s);
 	*heap = len == 6 && !memcmp(s, "[heap]", 6);
 	*anon = !memcmp(perms, "rw-p", 4) && inode == 0 &&
-		(len == 0 || (len == 6 && !memcmp(s, "[heap]", 6)) ||
-		 (len > 6 && !memcmp(s, "[anon:", 6)));
+		(len == 0 || *heap || (len > 6 && !memcmp(s, "[anon:", 6)));
 	return 1;
 }
 
