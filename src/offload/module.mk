@@ -42,7 +42,7 @@ all: offload
 
 # One rule makes all five files (a stamp, so that make runs it once).
 $(OFL_GEN_OUT): $(OFL_GEN)/.stamp
-$(OFL_GEN)/.stamp: tools/gen_offload.py
+$(OFL_GEN)/.stamp: tools/gen_offload.py src/offload/exports.list
 	@mkdir -p $(OFL_GEN)
 	$(PYTHON) tools/gen_offload.py $(OFL_GEN)
 	@touch $@
@@ -130,6 +130,7 @@ bench-offload-small: $(OFL_LIB)
 
 # ---- Lint: cppcheck on the frontend's files (part of `make lint`) ----------
 OFL_FRONT_SRC := src/offload/front.c src/offload/resolve.c src/offload/gpu.c \
+                 src/offload/pause.c \
                  src/offload/verify.c
 .PHONY: lint-offload
 lint: lint-offload

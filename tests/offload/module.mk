@@ -6,7 +6,7 @@ OFL_TCC = $(CC) $(WARN) $(CFLAGS) -Wno-strict-prototypes
 OFL_TESTS := $(OFL_T)/opcheck $(OFL_T)/libbadabi.so $(OFL_T)/forkcheck \
              $(OFL_T)/securecheck $(OFL_T)/threadcheck $(OFL_T)/sitecheck \
              $(OFL_T)/forkrace $(OFL_T)/countcheck \
-             $(OFL_T)/libdlcount.so
+             $(OFL_T)/libdlcount.so $(OFL_T)/pausecheck
 
 $(OFL_T)/opcheck: $(OFL_TSRC)/opcheck.c $(OFL_TSRC)/opcheck_lapack.c $(OFL_TSRC)/opcheck.h
 	@mkdir -p $(@D)
@@ -33,6 +33,14 @@ $(OFL_T)/libcountlib.so: $(OFL_TSRC)/countlib.c
 $(OFL_T)/countcheck: $(OFL_TSRC)/countcheck.c $(OFL_T)/libcountlib.so
 	$(OFL_TCC) -pthread -o $@ $< -L$(OFL_T) -lcountlib \
 	    -Wl,-rpath,'$$ORIGIN' -Wl,--no-as-needed -l:libblas.so.3
+
+# pausecheck's CPU library is libpauselib.so (counts the calls reaching it).
+$(OFL_T)/libpauselib.so: $(OFL_TSRC)/pauselib.c
+	@mkdir -p $(@D)
+	$(OFL_TCC) -fPIC -shared -Wl,-soname,$(@F) -o $@ $<
+$(OFL_T)/pausecheck: $(OFL_TSRC)/pausecheck.c $(OFL_T)/libpauselib.so
+	$(OFL_TCC) -pthread -o $@ $< -L$(OFL_T) -lpauselib \
+	    -Wl,-rpath,'$$ORIGIN' -ldl
 
 $(OFL_T)/sitecheck: $(OFL_TSRC)/sitecheck.c
 	@mkdir -p $(@D)
