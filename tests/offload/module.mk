@@ -42,6 +42,28 @@ $(OFL_T)/pausecheck: $(OFL_TSRC)/pausecheck.c $(OFL_T)/libpauselib.so
 	$(OFL_TCC) -pthread -o $@ $< -L$(OFL_T) -lpauselib \
 	    -Wl,-rpath,'$$ORIGIN' -ldl
 
+# The whole library built with ThreadSanitizer straight from its sources
+# (the copy engine and the lease core included), and pausecheck built so
+# too, so that libtsan is loaded first (the library's __tsan_ calls bind
+# to it): test_offload_pause.py runs pausecheck's cases under it. Not in
+# offload-tests (the generated wrappers take long to build so): the test
+# builds `offload-tsan-tests`.
+OFL_TSAN_SRC = $(OFL_SRC) $(wildcard src/offload/pcopy/*.c) $(OFL_GEN)/wrappers.c \
+               $(OFL_GEN)/ops.c $(LEASE_SRC)
+.PHONY: offload-tsan-tests
+offload-tsan-tests: $(OFL_T)/tsan/libgpuoffload.so $(OFL_T)/tsan/pausecheck
+$(OFL_T)/tsan/libgpuoffload.so: $(OFL_TSAN_SRC) $(OFL_HDR) $(LEASE_HDR) \
+                                $(wildcard src/offload/pcopy/*.h) $(OFL_GEN)/exports.map
+	@mkdir -p $(@D)
+	$(CC) $(WARN) -O1 -g -fsanitize=thread -fPIC -shared -fvisibility=hidden \
+	    -include src/offload/compat.h -Isrc/offload -I$(OFL_GEN) -Isrc/lease \
+	    -Wl,--version-script=$(OFL_GEN)/exports.map -o $@ $(OFL_TSAN_SRC) \
+	    -ldl -lpthread
+$(OFL_T)/tsan/pausecheck: $(OFL_TSRC)/pausecheck.c $(OFL_T)/libpauselib.so
+	@mkdir -p $(@D)
+	$(OFL_TCC) -O1 -fsanitize=thread -pthread -o $@ $< -L$(OFL_T) -lpauselib \
+	    -Wl,-rpath,'$$ORIGIN/..' -ldl
+
 $(OFL_T)/sitecheck: $(OFL_TSRC)/sitecheck.c
 	@mkdir -p $(@D)
 	$(OFL_TCC) -O1 -o $@ $< -Wl,--no-as-needed -l:libblas.so.3

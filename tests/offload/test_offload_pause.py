@@ -5,7 +5,8 @@ it; the test backend's journal, every call forced to the "GPU" and the
 threshold 0, the calls that did not), counted `paused` in the summary;
 resumed, calls go to the GPU again. The copy engine stays idle while
 paused (copycheck, libfcopy.so). The ctypes recipe of docs/offload.md,
-run as written, with and without the library."""
+run as written, with and without the library. pausecheck under
+ThreadSanitizer (the library built with it)."""
 import os
 import re
 import subprocess
@@ -22,8 +23,8 @@ GPU_OFFLOAD = str(F.BUILD / "gpu-offload")
 @pytest.fixture(scope="module", autouse=True)
 def _build():
     F.build()
-    subprocess.run(["make", "-C", str(F.REPO), "-s", "pcopy-tests",
-                    "build/gpu-offload"], check=True, stdout=subprocess.DEVNULL)
+    subprocess.run(["make", "-C", str(F.REPO), "-s", "pcopy-tests", "build/gpu-offload",
+                    "build/tests/offload/pausecheck"], check=True, stdout=subprocess.DEVNULL)
 
 
 def summary(err):
@@ -93,6 +94,24 @@ def test_a_thread_flipping_the_switch_while_others_call(tmp_path):
     assert seen == calls and set(reasons) <= {"paused", "forced-gpu"}, p.stderr
     assert reasons.get("paused", 0) + reasons.get("forced-gpu", 0) == calls
     assert len(F.runs(tmp_path)) == offloaded == reasons.get("forced-gpu", 0)
+
+
+@pytest.mark.parametrize("mode,k", [("threads", 300), ("seq", 100), ("fork", 100)])
+def test_under_thread_sanitizer(tmp_path, mode, k):
+    """The library and pausecheck built with ThreadSanitizer: the switch
+    flipped while four threads call, the sequence, the fork: no report,
+    every result right (the positive control, a plain read-modify-write
+    of the gate word in gpu_offload_pause, was reported as a race)."""
+    subprocess.run(["make", "-C", str(F.REPO), "-s", "offload-tsan-tests"], check=True,
+                   stdout=subprocess.DEVNULL)
+    e = F.env(tmp_path, "gpu", GPU_OFFLOAD_MIN_FLOPS=0, GPU_OFFLOAD_SUMMARY=1,
+              TSAN_OPTIONS="halt_on_error=1")
+    e["LD_PRELOAD"] = str(F.T / "tsan" / "libgpuoffload.so")
+    p = subprocess.run([str(F.T / "tsan" / "pausecheck"), mode, str(k)], env=e,
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0 and p.stdout.endswith("ok\n"), p.stdout + p.stderr
+    assert "ThreadSanitizer" not in p.stderr, p.stderr
+    assert summary(p.stderr), p.stderr
 
 
 def test_a_fork_child_inherits_the_pause(tmp_path):
