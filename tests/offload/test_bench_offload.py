@@ -586,3 +586,33 @@ def test_inproc_sweep_plan_keeps_to_the_h200_budget(monkeypatch, tmp_path):
     assert all(given for op, n, _, _, given in seen if n > 16 and op != "mixed")
     md = "".join(c.md)
     assert "in one process" in md and "ratio x bound" in md
+
+
+def test_inproc_sweep_end_to_end_in_quick_mode(tmp_path):
+    """run.py --sweep-mode inproc on the test backend (quick, sizes 16 and
+    48): one process a point under `gpu-offload run`, the switch found in
+    it, ABBA rounds of paused and active reps, the summary's paused calls
+    divided out into the entry bound, verdicts in-process."""
+    subprocess.run(["make", "-C", REPO, "-s", "all"], check=True, stdout=subprocess.DEVNULL)
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("GPU_OFFLOAD", "GPUMUTEX")) and k != "LD_PRELOAD"}
+    p = subprocess.run([F.PY, os.path.join(REPO, "bench", "offload", "run.py"), "--quick",
+                        "--out", str(tmp_path), "--python", F.PY, "--sections", "sweep",
+                        "--sweep-mode", "inproc", "--sweep-sizes", "16,48"],
+                       env=env, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stdout + p.stderr
+    res = json.loads((tmp_path / "results.json").read_text())
+    assert "errors" not in res and res["sweep_mode"] == "inproc", res.get("errors")
+    sw = res["sweep"]
+    assert sw["mode"] == "inproc" and not sw["skipped"] and sw["entry_ns"] >= 1.0, sw
+    assert {(q["op"], q["n"]) for q in sw["points"]} == \
+        {("mixed", 0)} | {(op, n) for op in ("dgemm", "solve", "eigh", "cholesky") for n in (16, 48)}
+    for q in sw["points"]:
+        assert not q["errors"] and q["rounds"] == 3, q
+        assert len(q["paused"]) == len(q["active"]) == 3, q
+        assert q["first"] == ["paused", "active", "paused"], q
+        assert q["summary"]["reasons"].get("paused", 0) > 0, q
+        assert q["calls_per_rep"] >= q["count"] and q["bound"] > 0, q
+        assert q["judge"]["mode"] == "inproc" and q["judge"]["verdict"] in ("ok", "slower")
+    md = (tmp_path / "report.md").read_text()
+    assert "in one process" in md and "entry bound" in md
