@@ -7,7 +7,6 @@ resumed, calls go to the GPU again. The copy engine stays idle while
 paused (copycheck, libfcopy.so). The ctypes recipe of docs/offload.md,
 run as written, with and without the library. pausecheck under
 ThreadSanitizer (the library built with it)."""
-import os
 import re
 import subprocess
 
