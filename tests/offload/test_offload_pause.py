@@ -57,7 +57,7 @@ def test_paused_calls_reach_the_cpu_library_and_resumed_ones_the_gpu(tmp_path, t
     configured) and again later (the light path): every dgemm_, ddot_
     and dgetrs_ reaches libpauselib.so, the backend runs none of them;
     resumed, every dgemm_ runs on the (test) GPU and none reaches the
-    CPU library. The summary: paused = the 3k top-level calls of each
+    CPU library; the GPU, started once, stays started while paused. The summary: paused = the 3k top-level calls of each
     paused phase, nested = dgetrs_'s 2 dgemm_ each, forced-gpu = the
     resumed ones, nothing else; the trace's report the same."""
     k = 300
@@ -70,6 +70,10 @@ def test_paused_calls_reach_the_cpu_library_and_resumed_ones_the_gpu(tmp_path, t
         "resumed-again dgemm 0 ddot 0 dgetrs 0",
         "ok"], p.stdout + p.stderr
     assert [r[0] for r in F.runs(tmp_path)] == [1] * (2 * k)
+    # The GPU started once, at the first resumed call, and stayed started
+    # through the second pause (the policy's state kept).
+    kinds = [r[0] for r in F.journal(tmp_path)]
+    assert kinds.count("start") == 1 and "stop" not in kinds, kinds[:5]
     assert summary(p.stderr) == [(12 * k, 2 * k, 2 * k, {
         "paused": 6 * k, "nested": 4 * k, "forced-gpu": 2 * k})], p.stderr
     if traced:
