@@ -93,6 +93,7 @@ struct stream {
 	size_t n, cap, head;    /* queued ops [head, n) */
 	size_t base;            /* ops performed before q[0] */
 	int err;
+	int dropping;           /* a kernel failed: until the queue drains */
 	int id;                 /* creation order, for the journal */
 };
 
@@ -401,9 +402,14 @@ static CUresult fd_run(struct stream *s, size_t upto)
 	while (s->head < upto) {
 		struct op *o = &s->q[s->head++];
 		if (o->memset_v == -2) {
+			/* A kernel that failed drops the kernels queued behind
+			 * it on its stream (they would read what it never
+			 * wrote), as a device fault would. */
 			fd_pending--;
-			if (o->fn(o->arg) != 0)
+			if (!s->dropping && o->fn(o->arg) != 0) {
 				s->err = E_UNKNOWN;
+				s->dropping = 1;
+			}
 			free(o->arg);
 			continue;
 		}
@@ -424,6 +430,7 @@ static CUresult fd_run(struct stream *s, size_t upto)
 	if (s->head == s->n) {
 		s->base += s->n;
 		s->head = s->n = 0;
+		s->dropping = 0;
 	}
 	rc = s->err;
 	s->err = 0;

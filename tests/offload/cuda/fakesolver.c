@@ -406,9 +406,16 @@ static int fs_lin_run(void *arg)
 	if (!w || !piv || ((g->kind == FS_GETRS || g->kind == FS_POTRS) && !x))
 		abort();
 	if (g->kind == FS_GETRS)
-		for (int64_t i = 0; i < g->n; i++)
+		for (int64_t i = 0; i < g->n; i++) {
 			piv[i] = g->piv64 ? ((const int64_t *)g->piv)[i] :
 				 ((const int *)g->piv)[i];
+			if (piv[i] < 1 || piv[i] > g->n) {
+				free(w);        /* a fault on the device */
+				free(x);
+				free(piv);
+				return 1;
+			}
+		}
 	switch (g->kind) {
 	case FS_GETRF:
 		info = fs_getrf(g, w, piv);
