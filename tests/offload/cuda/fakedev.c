@@ -50,7 +50,6 @@
  * stream is s0).
  */
 #define _GNU_SOURCE
-#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -118,48 +117,8 @@ static struct stream fd_null;
 static int fd_streams, fd_events;       /* ids handed out */
 static long fd_pending;                 /* deferred kernels not run yet */
 
-/* ---- Journal ---------------------------------------------------------------- */
-
-static FILE *fd_jf;
-
-static void fd_journal(const char *fmt, ...)
-{
-	static int tried;
-	va_list ap;
-
-	if (!tried) {
-		const char *path = getenv("FAKEDEV_JOURNAL");
-		tried = 1;
-		if (path && *path)
-			fd_jf = fopen(path, "a");
-	}
-	if (!fd_jf)
-		return;
-	va_start(ap, fmt);
-	vfprintf(fd_jf, fmt, ap);
-	va_end(ap);
-	fputc('\n', fd_jf);
-}
-
-#define API __attribute__((visibility("default")))
-
-/* ---- Call counts ---------------------------------------------------------- */
-
-#define NCOUNT 96
-static struct { const char *name; long n; } fd_cnt[NCOUNT];
-
-API void fakedev_count(const char *name);
-API void fakedev_count(const char *name)
-{
-	for (int i = 0; i < NCOUNT; i++) {
-		if (!fd_cnt[i].name)
-			fd_cnt[i].name = name;
-		if (fd_cnt[i].name == name || !strcmp(fd_cnt[i].name, name)) {
-			fd_cnt[i].n++;
-			return;
-		}
-	}
-}
+/* fakelog.c: the call counts and the journal (the header's); API. */
+#include "fakelog.h"
 
 #define CNT() fakedev_count(__func__)
 
@@ -175,21 +134,6 @@ __attribute__((constructor)) static void fd_init(void)
 	v = getenv("FAKEDEV_FAIL_ALLOC");
 	if (v && *v)
 		fd_fail_alloc = strtol(v, NULL, 10);
-}
-
-__attribute__((destructor)) static void fd_dump(void)
-{
-	const char *path = getenv("FAKEDEV_COUNTS");
-	FILE *f;
-
-	if (fd_jf)
-		fclose(fd_jf);
-	fd_jf = NULL;
-	if (!path || !(f = fopen(path, "a")))
-		return;
-	for (int i = 0; i < NCOUNT && fd_cnt[i].name; i++)
-		fprintf(f, "%s %ld\n", fd_cnt[i].name, fd_cnt[i].n);
-	fclose(f);
 }
 
 API void fakedev_ctl(const char *what, long v);
