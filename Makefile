@@ -108,6 +108,7 @@ $(B)/tests/%-san: tests/lease/%.c $(B)/liblease-san.a $(LEASE_HDR) tests/lease/t
 -include tests/offload/cuda/xfer.mk
 -include tests/offload/cuda/small.mk
 -include tests/offload/cuda/gemm.mk
+-include tests/offload/cuda/solve.mk
 
 sanitizer-tests: $(SAN_BINS)
 

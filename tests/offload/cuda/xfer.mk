@@ -27,10 +27,11 @@ XFER_BINS := $(XFER_T)/fakedev/libcuda.so.1 $(XFER_T)/xfertest \
 xfer-tests: $(XFER_BINS)
 all: xfer-tests
 
-$(XFER_T)/fakedev/libcuda.so.1: tests/offload/cuda/fakedev.c
+FAKEDEV_SRC := tests/offload/cuda/fakedev.c tests/offload/cuda/fakelog.c
+$(XFER_T)/fakedev/libcuda.so.1: $(FAKEDEV_SRC) tests/offload/cuda/fakelog.h
 	@mkdir -p $(@D)
 	$(CC) $(WARN) -Wno-missing-prototypes $(CFLAGS) -fPIC -shared -fvisibility=hidden \
-	    -Wl,-soname,libcuda.so.1 -o $@ $<
+	    -Wl,-soname,libcuda.so.1 -o $@ $(FAKEDEV_SRC)
 
 $(XFER_T)/xfertest: tests/offload/cuda/xfertest.c $(XFER_SRC) $(XFER_HDR) tests/offload/ntasks.h
 	@mkdir -p $(@D)
@@ -60,7 +61,7 @@ lint-xfer: $(B)/offload/gen/ops.h
 	  --std=c11 --inline-suppr -Isrc/offload -Isrc/offload/cuda \
 	  -I$(B)/offload/gen src/offload/cuda/xfer.c src/offload/cuda/xpool.c \
 	  src/offload/cuda/xfault.c src/offload/cuda/xstage.c \
-	  tests/offload/cuda/fakedev.c tests/offload/cuda/xfertest.c \
+	  tests/offload/cuda/fakedev.c tests/offload/cuda/fakelog.c tests/offload/cuda/xfertest.c \
 	  bench/offload/xfer_bench.c
 
 .DEFAULT_GOAL := $(XFER_SAVED_GOAL)
