@@ -11,8 +11,9 @@
  *              each); resumed, N dgemm_; paused again (the light path),
  *              the same 3N calls; resumed, N dgemm_. One line per phase:
  *              the calls that reached the CPU library in it.
- *   threads N  4 threads calling dgemm_ while a fifth flips the switch N
- *              times; every result checked; "calls K" in all.
+ *   threads N  one dgemm_, then 4 threads calling dgemm_ while a fifth
+ *              flips the switch N times; every result checked; "calls K"
+ *              in all.
  *   fork N     paused, then a fork: the child (paused too) makes N
  *              dgemm_ calls and exits; the parent resumes and makes N.
  *
@@ -156,6 +157,10 @@ static void mode_threads(long k)
 {
 	pthread_t th[5];
 
+	/* One call first, alone: the configuration is read then (calls made
+	 * while another thread reads it see the default threshold). */
+	gemm_once();
+	calls = 1;
 	flips_left = k;
 	for (int i = 0; i < 5; i++)
 		if (pthread_create(&th[i], NULL, i < 4 ? caller : flipper, NULL))

@@ -37,8 +37,14 @@ def summary(err):
     return out
 
 
-def pausecheck(tmp, mode, k, **extra):
-    e = F.env(tmp, "gpu", GPU_OFFLOAD_MIN_FLOPS=0, GPU_OFFLOAD_SUMMARY=1, **extra)
+# GPU_OFFLOAD_MIN_FLOPS: 0 keeps the light path shut (every call takes the
+# full path); 1000 opens it and still sends pausecheck's 8x8 dgemm_ (1024
+# flops) to the policy, and so to the GPU, while ddot_ is small.
+PATHS = {"full": 0, "light": 1000}
+
+
+def pausecheck(tmp, mode, k, path="light", **extra):
+    e = F.env(tmp, "gpu", GPU_OFFLOAD_MIN_FLOPS=PATHS[path], GPU_OFFLOAD_SUMMARY=1, **extra)
     p = subprocess.run([PAUSECHECK, mode, str(k)], env=e, capture_output=True,
                        text=True, timeout=300)
     assert p.returncode == 0 and p.stdout.endswith("ok\n"), p.stdout + p.stderr
@@ -51,10 +57,13 @@ def test_without_the_library_pausecheck_finds_no_switch(tmp_path):
     assert p.returncode == 3 and p.stdout == "no switch\n"
 
 
-@pytest.mark.parametrize("traced", [False, True], ids=["light", "traced"])
-def test_paused_calls_reach_the_cpu_library_and_resumed_ones_the_gpu(tmp_path, traced):
-    """Paused before the first call (the full path: the library not yet
-    configured) and again later (the light path): every dgemm_, ddot_
+@pytest.mark.parametrize("path,traced", [("light", False), ("full", False),
+                                         ("light", True)],
+                         ids=["light", "full", "traced"])
+def test_paused_calls_reach_the_cpu_library_and_resumed_ones_the_gpu(tmp_path, path, traced):
+    """Paused before the first call (its first call takes the full path:
+    the library not yet configured) and again later (the light path, or
+    the full path when the threshold is 0 or a trace runs): every dgemm_, ddot_
     and dgetrs_ reaches libpauselib.so, the backend runs none of them;
     resumed, every dgemm_ runs on the (test) GPU and none reaches the
     CPU library; the GPU, started once, stays started while paused. The summary: paused = the 3k top-level calls of each
@@ -62,7 +71,7 @@ def test_paused_calls_reach_the_cpu_library_and_resumed_ones_the_gpu(tmp_path, t
     resumed ones, nothing else; the trace's report the same."""
     k = 300
     extra = {"GPU_OFFLOAD_TRACE": str(tmp_path / "tr")} if traced else {}
-    p = pausecheck(tmp_path, "seq", k, **extra)
+    p = pausecheck(tmp_path, "seq", k, path, **extra)
     assert p.stdout.splitlines() == [
         "paused-first dgemm %d ddot %d dgetrs %d" % (3 * k, k, k),
         "resumed dgemm 0 ddot 0 dgetrs 0",
@@ -86,12 +95,13 @@ def test_paused_calls_reach_the_cpu_library_and_resumed_ones_the_gpu(tmp_path, t
                              re.M), rep.stdout
 
 
-def test_a_thread_flipping_the_switch_while_others_call(tmp_path):
+@pytest.mark.parametrize("path", ["light", "full"])
+def test_a_thread_flipping_the_switch_while_others_call(tmp_path, path):
     """Four threads call dgemm_ (each result checked) while a fifth
     pauses and resumes 2000 times: no crash, every result right, every
     call counted once, as paused or as a GPU call, and the GPU's runs
     are exactly the GPU calls."""
-    p = pausecheck(tmp_path, "threads", 2000)
+    p = pausecheck(tmp_path, "threads", 2000, path)
     calls = int(re.search(r"^calls (\d+)$", p.stdout, re.M).group(1))
     [(seen, decided, offloaded, reasons)] = summary(p.stderr)
     assert seen == calls and set(reasons) <= {"paused", "forced-gpu"}, p.stderr
@@ -99,15 +109,16 @@ def test_a_thread_flipping_the_switch_while_others_call(tmp_path):
     assert len(F.runs(tmp_path)) == offloaded == reasons.get("forced-gpu", 0)
 
 
-@pytest.mark.parametrize("mode,k", [("threads", 300), ("seq", 100), ("fork", 100)])
-def test_under_thread_sanitizer(tmp_path, mode, k):
+@pytest.mark.parametrize("mode,k,path", [("threads", 300, "light"), ("threads", 300, "full"),
+                                         ("seq", 100, "light"), ("fork", 100, "light")])
+def test_under_thread_sanitizer(tmp_path, mode, k, path):
     """The library and pausecheck built with ThreadSanitizer: the switch
     flipped while four threads call, the sequence, the fork: no report,
     every result right (the positive control, a plain read-modify-write
     of the gate word in gpu_offload_pause, was reported as a race)."""
     subprocess.run(["make", "-C", str(F.REPO), "-s", "offload-tsan-tests"], check=True,
                    stdout=subprocess.DEVNULL)
-    e = F.env(tmp_path, "gpu", GPU_OFFLOAD_MIN_FLOPS=0, GPU_OFFLOAD_SUMMARY=1,
+    e = F.env(tmp_path, "gpu", GPU_OFFLOAD_MIN_FLOPS=PATHS[path], GPU_OFFLOAD_SUMMARY=1,
               TSAN_OPTIONS="halt_on_error=1")
     e["LD_PRELOAD"] = str(F.T / "tsan" / "libgpuoffload.so")
     p = subprocess.run([str(F.T / "tsan" / "pausecheck"), mode, str(k)], env=e,
