@@ -18,10 +18,12 @@
 
 POLICY_SAVED_GOAL := $(.DEFAULT_GOAL)
 
-POLICY_SRC  := src/offload/policy.c src/offload/count.c src/offload/model.c \
+POLICY_SRC  := src/offload/policy.c src/offload/observe.c \
+               src/offload/pstate.c src/offload/count.c src/offload/model.c \
                src/offload/profile.c src/offload/olease.c \
                src/offload/trace.c src/offload/onvml.c
-POLICY_HDR  := src/offload/policy.h src/offload/count.h src/offload/model.h \
+POLICY_HDR  := src/offload/policy.h src/offload/pstate.h \
+               src/offload/count.h src/offload/model.h \
                src/offload/profile.h src/offload/olease.h \
                src/offload/trace.h src/offload/tracew.h src/offload/onvml.h
 POLICY_OBJ  := $(patsubst src/offload/%.c,$(B)/offload-policy/%.o,$(POLICY_SRC))
