@@ -11,7 +11,7 @@
 # Targets:
 #   $(B)/gpu-offload       the command (run, report, profile, calibrate)
 #   $(B)/gpu-offload-calib the calibration workload `calibrate` runs
-#                          (calib-workload.c, calib-canary.c)
+#                          (calib-workload.c, calib-call.c, calib-canary.c)
 #   policy-tests           $(B)/tests/offload/{model-unit,policy-driver,
 #                          policy-mt-tsan,calib-unit}
 #   lint-policy            cppcheck on the policy's files (part of `make lint`)
@@ -31,7 +31,8 @@ POLICY_CC    = $(CC) $(WARN) $(FRAME_WARN) $(CFLAGS) -fPIC \
                -fvisibility=hidden -Isrc/lease -Isrc/offload
 GPO_CLI_SRC := $(wildcard src/offload/cli/*.c)
 GPO_CLI_HDR := $(wildcard src/offload/cli/*.h)
-GPO_CALIB_SRC := src/offload/cli/calib-workload.c src/offload/cli/calib-canary.c
+GPO_CALIB_SRC := src/offload/cli/calib-workload.c src/offload/cli/calib-call.c \
+                 src/offload/cli/calib-canary.c
 GPO_CLI_MAIN := $(filter-out $(GPO_CALIB_SRC),$(GPO_CLI_SRC))
 
 .PHONY: policy-tests
@@ -71,7 +72,8 @@ $(B)/gpu-offload: $(GPO_CLI_MAIN) $(GPO_CLI_HDR) $(POLICY_HDR) \
 
 # Finds the BLAS and LAPACK at run time (dlopen, RTLD_GLOBAL): the build
 # needs no BLAS, and calls go through a preloaded libgpuoffload.so.
-$(B)/gpu-offload-calib: $(GPO_CALIB_SRC) src/offload/cli/calib-canary.h
+$(B)/gpu-offload-calib: $(GPO_CALIB_SRC) src/offload/cli/calib-canary.h \
+		src/offload/cli/calib-work.h
 	@mkdir -p $(@D)
 	$(CC) $(WARN) $(CFLAGS) -Isrc/offload/cli -o $@ $(GPO_CALIB_SRC) -ldl
 
