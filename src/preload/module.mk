@@ -1,5 +1,5 @@
 # src/preload/module.mk - the preload library, gpumutex-run, and the helper
-# programs of tests/test_preload*.py.
+# programs of tests/test_preload*.py and tests/test_gpumutex_run.py.
 #
 # Included by the top-level Makefile (`-include src/preload/module.mk`),
 # which defines CC, WARN, CFLAGS, B, LEASE_HDR and builds $(B)/liblease.a.
