@@ -120,6 +120,7 @@ $(B)/tests/lease-unit-san: $(LEASE_UNIT_SRC) tests/lease/lease-unit.h $(B)/lible
 -include tests/offload/cuda/xfer.mk
 -include tests/offload/cuda/small.mk
 -include tests/offload/cuda/gemm.mk
+-include tests/offload/cuda/solve.mk
 
 sanitizer-tests: $(SAN_BINS)
 

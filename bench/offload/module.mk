@@ -30,7 +30,8 @@ bench-offload: all
 
 # numpy's np.linalg.solve phase by phase (bench/offload/solve_phases.c):
 # `build/bench/solve_phases LIB [N [REPS]]`, under `gpu-offload run` or
-# plain; docs/benchmarks.md has the H200 figures.
+# plain; docs/benchmarks.md has the H200 figures. bench/offload/solve_device.sh
+# measures it on the GPU machine with the solve pipeline on and off.
 $(B)/bench/solve_phases: bench/offload/solve_phases.c
 	@mkdir -p $(@D)
 	$(CC) $(WARN) $(CFLAGS) -o $@ $< -ldl

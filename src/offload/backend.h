@@ -137,7 +137,8 @@ struct gpo_backend {
 			 uint64_t rows);
 	/* The whole call from host operands (allocate, copy in, compute,
 	 * copy out), for operations the backend can pipeline (the CUDA
-	 * backend: large gemm, its copies overlapping its kernels). k is as
+	 * backend: large gemm, gesv and posv, their copies overlapping
+	 * their kernels). k is as
 	 * for run() but its buf[] are unset (NULL); h describes each
 	 * operand in the caller's memory. The invariant of the frontend's
 	 * own flow holds: pure outputs (out && !in) may be written straight

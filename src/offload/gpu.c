@@ -40,7 +40,9 @@
  *
  * A backend with run_host (backend.h) is first offered the whole call
  * (not in verify mode): it may pipeline the copies with the kernels
- * (the CUDA backend's large gemm, in column panels) under the same
+ * (the CUDA backend's large gemm, in column panels; its large gesv and
+ * posv, B in beside the factorisation, the factor out beside the
+ * solve) under the same
  * invariant, pure outputs straight into the caller's memory, the other
  * outputs staged until commit(); it answers GPO_BE_UNSUPPORTED for what
  * it does not pipeline, and the flow above runs.

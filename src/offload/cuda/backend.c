@@ -57,6 +57,7 @@ static void gpc__why(const char *why)
 static void gpc__teardown(void)
 {
 	gpc_panels_stop();
+	gpc_solve_stop();
 	gpc_xfer_stop();
 	gpc_small_stop();
 	gpc_ws_forget();
@@ -164,6 +165,7 @@ static int gpc__start(void)
 		goto fail;
 	}
 	(void)gpc_panels_start();       /* without its events: no pipeline */
+	(void)gpc_solve_start();        /* the same */
 	gpc__pop();
 	gpc__started = 1;
 	snprintf(gpc__name, sizeof gpc__name, "CUDA");
@@ -325,19 +327,26 @@ static void gpc_prefault_out(void *host, uint64_t pitch, uint64_t width,
 	errno = e;
 }
 
-/* The whole call from host operands, for what xgemm.c pipelines. */
+/* The whole call from host operands, for what xgemm.c (gemm) and
+ * xsolve.c (gesv, posv) pipeline. */
 static int gpc_run_host(struct gpo_kernel *k, struct gpo_hostcall *h)
 {
 	int e = errno, rc = GPO_BE_UNSUPPORTED;
+	int (*host)(struct gpo_kernel *, struct gpo_hostcall *);
 
-	/* What the pipeline does not take costs nothing (no context push:
+	/* What the pipelines do not take costs nothing (no context push:
 	 * the small-call path's counts). */
-	if (k->size < sizeof *k || h->size < sizeof *h || !gpc__started ||
-	    !gpc_gemm_takes(k, h))
+	if (k->size < sizeof *k || h->size < sizeof *h || !gpc__started)
 		return GPO_BE_UNSUPPORTED;
-	if (gpc__started && gpc__push() == 0) {
+	if (gpc_gemm_takes(k, h))
+		host = gpc_gemm_host;
+	else if (gpc_solve_takes(k, h))
+		host = gpc_solve_host;
+	else
+		return GPO_BE_UNSUPPORTED;
+	if (gpc__push() == 0) {
 		k->info = 0;
-		rc = gpc_gemm_host(k, h);
+		rc = host(k, h);
 		gpc__pop();
 	}
 	errno = e;

@@ -79,6 +79,43 @@ struct gpc_panel_stats {
 };
 void gpc_panel_stats(struct gpc_panel_stats *st);
 
+/* xsolve.c: run_host (backend.h) for gesv and posv, the copies of B in
+ * and of the factor out overlapping the factorisation and the solve.
+ * gpc_solve_host: 0, GPO_BE_UNSUPPORTED (not taken: nothing done) or -1
+ * (h->failed says the step). Not taken: GPU_OFFLOAD_CUDA_SOLVE_PIPE=0,
+ * A and B of fewer than GPU_OFFLOAD_CUDA_SOLVE_MIN bytes together
+ * (GPC_SOLVE_MIN_BYTES), empty dimensions, operands not as the frontend
+ * describes them, names or dimensions cuSOLVER lacks. start/stop: the
+ * variables, two events. */
+#define GPC_SOLVE_MIN_BYTES (8ull << 20)
+int gpc_solve_host(struct gpo_kernel *k, struct gpo_hostcall *h);
+/* Whether gpc_solve_host would take the call (no driver call). */
+int gpc_solve_takes(struct gpo_kernel *k, const struct gpo_hostcall *h);
+int gpc_solve_start(void);          /* 0 (without its events: off) */
+void gpc_solve_stop(void);
+
+/* lapack.c: the steps of gesv and posv for xsolve.c. Each queues its
+ * cuSOLVER call on the compute stream (its info in the next slot of
+ * gpc_small_info, xsmall.h) and returns without waiting: 0, -1 or
+ * GPO_BE_UNSUPPORTED. The factorisations hand their workspace to *w
+ * (zeroed by the caller), which the caller gives back with gpc_ws_put
+ * (lapack_ws.h) once the work that uses it ended: gpc_ws_put of a
+ * workspace that is the call's own waits for the stream, which here
+ * would wait for the factorisation before the next copy. */
+struct gpc_ws;
+int gpc_getrf_q(struct gpo_kernel *k, int64_t m, int64_t n, gpc_dptr a,
+		int64_t lda, gpc_dptr ipiv, struct gpc_ws *w);
+int gpc_getrs(struct gpo_kernel *k, char trans, int64_t n, int64_t nrhs,
+	      gpc_dptr a, int64_t lda, gpc_dptr ipiv, gpc_dptr b, int64_t ldb);
+int gpc_potrf_q(struct gpo_kernel *k, char uplo, int64_t n, gpc_dptr a,
+		int64_t lda, struct gpc_ws *w);
+int gpc_potrs(struct gpo_kernel *k, char uplo, int64_t n, int64_t nrhs,
+	      gpc_dptr a, int64_t lda, gpc_dptr b, int64_t ldb);
+
+/* xgemm.c: the decimal number in the environment variable `name` (a
+ * secure_getenv), at most max; dflt when unset or not a number. */
+uint64_t gpc_env(const char *name, uint64_t dflt, uint64_t max);
+
 /* Shared by both halves. */
 int gpc_sync(void);                         /* the compute stream; 0/-1 */
 /* Element size of the precision; real_only: of its real type. */

@@ -99,8 +99,8 @@ static int gpc__fill(char c) { return c == 'U' ? GPC_FILL_UPPER : GPC_FILL_LOWER
 
 /* ---- LU ------------------------------------------------------------------ */
 
-static int gpc__getrf(struct gpo_kernel *k, int64_t m, int64_t n, gpc_dptr a,
-		      int64_t lda, gpc_dptr ipiv)
+int gpc_getrf_q(struct gpo_kernel *k, int64_t m, int64_t n, gpc_dptr a,
+		int64_t lda, gpc_dptr ipiv, struct gpc_ws *wp)
 {
 	static void *c_xbs, *c_x, *c_bs[4], *c_f[4];
 	static struct gpc_wsq q_x, q_l;
@@ -144,13 +144,22 @@ static int gpc__getrf(struct gpo_kernel *k, int64_t m, int64_t n, gpc_dptr a,
 				       (void *)(uintptr_t)w.dev,
 				       (int *)(uintptr_t)ipiv, gpc_small_info()));
 	}
+	*wp = w;        /* the caller's to give back, after a wait */
+	return rc;
+}
+
+static int gpc__getrf(struct gpo_kernel *k, int64_t m, int64_t n, gpc_dptr a,
+		      int64_t lda, gpc_dptr ipiv)
+{
+	struct gpc_ws w = { 0 };
+	int rc = gpc_getrf_q(k, m, n, a, lda, ipiv, &w);
+
 	gpc_ws_put(&w);
 	return rc;
 }
 
-static int gpc__getrs(struct gpo_kernel *k, char trans, int64_t n,
-		      int64_t nrhs, gpc_dptr a, int64_t lda, gpc_dptr ipiv,
-		      gpc_dptr b, int64_t ldb)
+int gpc_getrs(struct gpo_kernel *k, char trans, int64_t n, int64_t nrhs,
+	      gpc_dptr a, int64_t lda, gpc_dptr ipiv, gpc_dptr b, int64_t ldb)
 {
 	static void *c_x, *c_f[4];
 	int dt = gpc_dtype(k->prec, 0), op = gpc_op(trans, k->prec), rc;
@@ -180,8 +189,8 @@ static int gpc__getrs(struct gpo_kernel *k, char trans, int64_t n,
 
 /* ---- Cholesky ------------------------------------------------------------ */
 
-static int gpc__potrf(struct gpo_kernel *k, char uplo, int64_t n, gpc_dptr a,
-		      int64_t lda)
+int gpc_potrf_q(struct gpo_kernel *k, char uplo, int64_t n, gpc_dptr a,
+		int64_t lda, struct gpc_ws *wp)
 {
 	static void *c_bs, *c_f;
 	gpc_xpotrf_bs bs = (gpc_xpotrf_bs)gpc__sym(&c_bs, "cusolverDnXpotrf_bufferSize");
@@ -204,13 +213,22 @@ static int gpc__potrf(struct gpo_kernel *k, char uplo, int64_t n, gpc_dptr a,
 		rc = gpc__ok(f(gpc_st.solver, gpc_st.params, gpc__fill(uplo), n,
 			       dt, (void *)(uintptr_t)a, lda, dt, WS(w),
 			       gpc_small_info()));
+	*wp = w;        /* the caller's to give back, after a wait */
+	return rc;
+}
+
+static int gpc__potrf(struct gpo_kernel *k, char uplo, int64_t n, gpc_dptr a,
+		      int64_t lda)
+{
+	struct gpc_ws w = { 0 };
+	int rc = gpc_potrf_q(k, uplo, n, a, lda, &w);
+
 	gpc_ws_put(&w);
 	return rc;
 }
 
-static int gpc__potrs(struct gpo_kernel *k, char uplo, int64_t n,
-		      int64_t nrhs, gpc_dptr a, int64_t lda, gpc_dptr b,
-		      int64_t ldb)
+int gpc_potrs(struct gpo_kernel *k, char uplo, int64_t n, int64_t nrhs,
+	      gpc_dptr a, int64_t lda, gpc_dptr b, int64_t ldb)
 {
 	static void *c_f;
 	gpc_xpotrs f = (gpc_xpotrs)gpc__sym(&c_f, "cusolverDnXpotrs");
@@ -522,24 +540,24 @@ int gpc_run_lapack(struct gpo_kernel *k)
 	case GPO_OP_GETRF:
 		return gpc__getrf(k, k->m, k->n, DP(0), k->ld[0], DP(1));
 	case GPO_OP_GETRS:
-		return gpc__getrs(k, k->opt[0], k->n, k->nrhs, DP(0), k->ld[0],
+		return gpc_getrs(k, k->opt[0], k->n, k->nrhs, DP(0), k->ld[0],
 				  DP(1), DP(2), k->ld[2]);
 	case GPO_OP_GESV:
 		rc = gpc__getrf(k, k->n, k->n, DP(0), k->ld[0], DP(1));
 		if (rc != 0 || k->info)
 			return rc;
-		return gpc__getrs(k, 'N', k->n, k->nrhs, DP(0), k->ld[0], DP(1),
+		return gpc_getrs(k, 'N', k->n, k->nrhs, DP(0), k->ld[0], DP(1),
 				  DP(2), k->ld[2]);
 	case GPO_OP_POTRF:
 		return gpc__potrf(k, k->opt[0], k->n, DP(0), k->ld[0]);
 	case GPO_OP_POTRS:
-		return gpc__potrs(k, k->opt[0], k->n, k->nrhs, DP(0), k->ld[0],
+		return gpc_potrs(k, k->opt[0], k->n, k->nrhs, DP(0), k->ld[0],
 				  DP(1), k->ld[1]);
 	case GPO_OP_POSV:
 		rc = gpc__potrf(k, k->opt[0], k->n, DP(0), k->ld[0]);
 		if (rc != 0 || k->info)
 			return rc;
-		return gpc__potrs(k, k->opt[0], k->n, k->nrhs, DP(0), k->ld[0],
+		return gpc_potrs(k, k->opt[0], k->n, k->nrhs, DP(0), k->ld[0],
 				  DP(1), k->ld[1]);
 	case GPO_OP_SYEV: case GPO_OP_HEEV: case GPO_OP_SYEVD: case GPO_OP_HEEVD:
 		return gpc__syevd(k);

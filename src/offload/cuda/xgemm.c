@@ -85,7 +85,7 @@ static int gpc__num(const char *s, uint64_t *v)
 	return 0;
 }
 
-static uint64_t gpc__env(const char *name, uint64_t dflt, uint64_t max)
+uint64_t gpc_env(const char *name, uint64_t dflt, uint64_t max)
 {
 	uint64_t v;
 
@@ -97,15 +97,15 @@ static uint64_t gpc__env(const char *name, uint64_t dflt, uint64_t max)
 int gpc_panels_start(void)
 {
 	memset(&gpc__pn, 0, sizeof gpc__pn);
-	gpc__pn.panels = (int)gpc__env("GPU_OFFLOAD_CUDA_PANELS",
+	gpc__pn.panels = (int)gpc_env("GPU_OFFLOAD_CUDA_PANELS",
 				       GPC_PANELS_DEFAULT, GPC_PANELS_MAX);
-	gpc__pn.grain = (int64_t)gpc__env("GPU_OFFLOAD_CUDA_PANEL_WIDTH",
+	gpc__pn.grain = (int64_t)gpc_env("GPU_OFFLOAD_CUDA_PANEL_WIDTH",
 					  GPC_PANEL_GRAIN, 1u << 20);
 	if (gpc__pn.grain < 1)
 		gpc__pn.grain = 1;
-	gpc__pn.min_bytes = gpc__env("GPU_OFFLOAD_CUDA_PANEL_MIN",
+	gpc__pn.min_bytes = gpc_env("GPU_OFFLOAD_CUDA_PANEL_MIN",
 				     GPC_PANEL_MIN_BYTES, UINT64_MAX);
-	gpc__pn.min_intensity = gpc__env("GPU_OFFLOAD_CUDA_PANEL_INTENSITY",
+	gpc__pn.min_intensity = gpc_env("GPU_OFFLOAD_CUDA_PANEL_INTENSITY",
 					 GPC_PANEL_MIN_INTENSITY, UINT64_MAX);
 	for (int i = 0; i < 2 && gpc__pn.panels; i++)
 		if (gpc_cu.EventCreate(&gpc__pn.ev[i], GPC_EVENT_DISABLE_TIMING) != 0) {

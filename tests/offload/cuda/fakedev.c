@@ -21,8 +21,12 @@
  *   FAKEDEV_FREE=bytes              cuMemGetInfo's free memory (of 16 GiB)
  *   FAKEDEV_FAIL_EXEC=N             fail_exec N from the start
  *   FAKEDEV_FAIL_COPY=N             fail_copy N from the start
- *   fakedev_defer(stream, fn, arg)  a stand-in kernel, run in stream order
- *                                   at the wait (fakesolver.c's gemm)
+ *   FAKEDEV_FAIL_ALLOC=N            the N-th cuMemAlloc and every later
+ *                                   one fail (the pool retries once)
+ *   fakedev_defer(stream, name, fn, arg)  a stand-in kernel, run in
+ *                                   stream order at the wait (fakesolver.c's
+ *                                   gemm and solvers); fn's nonzero return
+ *                                   fails the wait that ran it
  *   fakedev_get(name)               "copies" performed, "bad", "device"
  *                                   / "pinned" / "registered" allocations
  *                                   live now, "hostallocs" made so far
@@ -34,6 +38,16 @@
  * line each. fakedev_flush(stream) performs what is queued on a stream
  * without counting as a wait: the stand-in kernels run in stream order
  * that way, computing on "device" memory (host memory here).
+ *
+ * Journal (tests/offload/cuda/test_solve_pipeline.py): FAKEDEV_JOURNAL=
+ * path appends one line per stream operation, in the order the program
+ * made them: "copy h2d|d2h|d2d|h2h s<stream> <bytes> pending <k>" (k:
+ * stand-in kernels queued on any stream and not run yet: nonzero means
+ * the copy was issued while a kernel was still "on the device"; a copy
+ * the fake refused ends in " refused"), "kernel <name> s<stream>",
+ * "record e<event> s<stream>", "wait e<event>", "sync s<stream>". Streams
+ * and events are numbered in the order they were created (the NULL
+ * stream is s0).
  */
 #define _GNU_SOURCE
 #include <stdint.h>
@@ -69,7 +83,7 @@ struct op {
 	const char *src;
 	size_t dpitch, spitch, width, height;
 	int memset_v;           /* -1: a copy; -2: a deferred kernel */
-	void (*fn)(void *);     /* the kernel (fakedev_defer), given arg */
+	int (*fn)(void *);      /* the kernel (fakedev_defer), given arg */
 	void *arg;
 };
 
@@ -78,12 +92,15 @@ struct stream {
 	size_t n, cap, head;    /* queued ops [head, n) */
 	size_t base;            /* ops performed before q[0] */
 	int err;
+	int dropping;           /* a kernel failed: until the queue drains */
+	int id;                 /* creation order, for the journal */
 };
 
 struct event {
 	struct stream *s;
 	size_t upto;            /* ops before this one (counted from the
 	                         * stream's first) precede the event */
+	int id;
 };
 
 #define MAXA 256
@@ -94,28 +111,14 @@ static struct alloc {
 } fd_a[MAXA];
 
 static long fd_fail_copy, fd_fail_exec, fd_fail_hostalloc, fd_fail_register;
+static long fd_fail_alloc, fd_allocs;
 static long fd_copies, fd_bad, fd_hostallocs;
 static struct stream fd_null;
+static int fd_streams, fd_events;       /* ids handed out */
+static long fd_pending;                 /* deferred kernels not run yet */
 
-#define API __attribute__((visibility("default")))
-
-/* ---- Call counts ---------------------------------------------------------- */
-
-#define NCOUNT 96
-static struct { const char *name; long n; } fd_cnt[NCOUNT];
-
-API void fakedev_count(const char *name);
-API void fakedev_count(const char *name)
-{
-	for (int i = 0; i < NCOUNT; i++) {
-		if (!fd_cnt[i].name)
-			fd_cnt[i].name = name;
-		if (fd_cnt[i].name == name || !strcmp(fd_cnt[i].name, name)) {
-			fd_cnt[i].n++;
-			return;
-		}
-	}
-}
+/* fakelog.c: the call counts and the journal (the header's); API. */
+#include "fakelog.h"
 
 #define CNT() fakedev_count(__func__)
 
@@ -128,18 +131,9 @@ __attribute__((constructor)) static void fd_init(void)
 	v = getenv("FAKEDEV_FAIL_COPY");
 	if (v && *v)
 		fd_fail_copy = strtol(v, NULL, 10);
-}
-
-__attribute__((destructor)) static void fd_dump(void)
-{
-	const char *path = getenv("FAKEDEV_COUNTS");
-	FILE *f;
-
-	if (!path || !(f = fopen(path, "a")))
-		return;
-	for (int i = 0; i < NCOUNT && fd_cnt[i].name; i++)
-		fprintf(f, "%s %ld\n", fd_cnt[i].name, fd_cnt[i].n);
-	fclose(f);
+	v = getenv("FAKEDEV_FAIL_ALLOC");
+	if (v && *v)
+		fd_fail_alloc = strtol(v, NULL, 10);
 }
 
 API void fakedev_ctl(const char *what, long v);
@@ -229,8 +223,11 @@ API CUresult cuCtxPopCurrent_v2(void **c) { CNT(); if (c) *c = &fd_ctx_obj; retu
 API CUresult cuMemAlloc_v2(CUdeviceptr *p, size_t n)
 {
 	CNT();
-	char *m = malloc(n ? n : 1);
+	char *m;
 
+	if (fd_fail_alloc && ++fd_allocs >= fd_fail_alloc)
+		return E_OOM;
+	m = malloc(n ? n : 1);
 	if (!m)
 		return E_OOM;
 	memset(m, 0xdd, n);
@@ -349,7 +346,14 @@ static CUresult fd_run(struct stream *s, size_t upto)
 	while (s->head < upto) {
 		struct op *o = &s->q[s->head++];
 		if (o->memset_v == -2) {
-			o->fn(o->arg);
+			/* A kernel that failed drops the kernels queued behind
+			 * it on its stream (they would read what it never
+			 * wrote), as a device fault would. */
+			fd_pending--;
+			if (!s->dropping && o->fn(o->arg) != 0) {
+				s->err = E_UNKNOWN;
+				s->dropping = 1;
+			}
 			free(o->arg);
 			continue;
 		}
@@ -370,6 +374,7 @@ static CUresult fd_run(struct stream *s, size_t upto)
 	if (s->head == s->n) {
 		s->base += s->n;
 		s->head = s->n = 0;
+		s->dropping = 0;
 	}
 	rc = s->err;
 	s->err = 0;
@@ -393,17 +398,24 @@ API void fakedev_flush(void *stream)
 /* A stand-in kernel queued on the stream, run (fn(arg), then free(arg))
  * in stream order when the program waits for the stream or an event
  * recorded after it, as the device would: a copy of its results on
- * another stream before that wait reads what was there before. 0, or -1
- * (not queued; arg is the caller's). */
-API int fakedev_defer(void *stream, void (*fn)(void *), void *arg);
-API int fakedev_defer(void *stream, void (*fn)(void *), void *arg)
+ * another stream before that wait reads what was there before; fn's
+ * nonzero return is an execution failure, which that wait reports. 0, or
+ * -1 (not queued; arg is the caller's). */
+API int fakedev_defer(void *stream, const char *name, int (*fn)(void *),
+		      void *arg);
+API int fakedev_defer(void *stream, const char *name, int (*fn)(void *),
+		      void *arg)
 {
 	struct op o = { 0 };
 
 	o.memset_v = -2;
 	o.fn = fn;
 	o.arg = arg;
-	return fd_push(fd_s(stream), &o) == 0 ? 0 : -1;
+	fd_journal("kernel %s s%d", name, fd_s(stream)->id);
+	if (fd_push(fd_s(stream), &o) != 0)
+		return -1;
+	fd_pending++;
+	return 0;
 }
 
 static CUresult fd_copy(void *stream, char *dst, int ddev, size_t dpitch,
@@ -411,6 +423,8 @@ static CUresult fd_copy(void *stream, char *dst, int ddev, size_t dpitch,
 			size_t h)
 {
 	struct op o = { dst, src, dpitch, spitch, w, h, -1, NULL, NULL };
+	static const char *const dir[2][2] = { { "h2h", "h2d" }, { "d2h", "d2d" } };
+	CUresult rc;
 
 	if (h > 1 && (dpitch < w || spitch < w)) {
 		fd_bad++;
@@ -421,7 +435,10 @@ static CUresult fd_copy(void *stream, char *dst, int ddev, size_t dpitch,
 		fd_bad++;
 		return E_INVALID;
 	}
-	return fd_enqueue(fd_s(stream), &o);
+	rc = fd_enqueue(fd_s(stream), &o);
+	fd_journal("copy %s s%d %zu pending %ld%s", dir[sdev][ddev],
+		   fd_s(stream)->id, w * h, fd_pending, rc ? " refused" : "");
+	return rc;
 }
 
 API CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr d, const void *h, size_t n, void *s)
@@ -483,7 +500,10 @@ API CUresult cuStreamCreate(void **s, unsigned f)
 	CNT();
 	(void)f;
 	*s = calloc(1, sizeof(struct stream));
-	return *s ? 0 : E_OOM;
+	if (!*s)
+		return E_OOM;
+	((struct stream *)*s)->id = ++fd_streams;
+	return 0;
 }
 
 API CUresult cuStreamDestroy_v2(void *p)
@@ -502,6 +522,7 @@ API CUresult cuStreamSynchronize(void *p)
 	CNT();
 	struct stream *s = fd_s(p);
 
+	fd_journal("sync s%d", s->id);
 	return fd_run(s, s->n);
 }
 
@@ -510,7 +531,10 @@ API CUresult cuEventCreate(void **e, unsigned f)
 	CNT();
 	(void)f;
 	*e = calloc(1, sizeof(struct event));
-	return *e ? 0 : E_OOM;
+	if (!*e)
+		return E_OOM;
+	((struct event *)*e)->id = ++fd_events;
+	return 0;
 }
 
 API CUresult cuEventDestroy_v2(void *e) { CNT(); free(e); return 0; }
@@ -522,6 +546,7 @@ API CUresult cuEventRecord(void *p, void *s)
 
 	e->s = fd_s(s);
 	e->upto = e->s->base + e->s->n;
+	fd_journal("record e%d s%d", e->id, e->s->id);
 	return 0;
 }
 
@@ -530,6 +555,7 @@ API CUresult cuEventSynchronize(void *p)
 	CNT();
 	struct event *e = p;
 
+	fd_journal("wait e%d", e->id);
 	if (!e->s || e->upto <= e->s->base + e->s->head)
 		return 0;
 	return fd_run(e->s, e->upto - e->s->base);

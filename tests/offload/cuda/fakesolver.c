@@ -2,18 +2,20 @@
  * fakesolver.c - stand-ins for libcublas.so.13 and libcusolver.so.12 that
  * run on the fake driver (fakedev.c, whose "device memory" is host
  * memory), for the tests that count what one small GPU call costs
- * (test_small_calls.py). Built twice, once under each soname; it needs
+ * (test_small_calls.py) and of the pipelines (test_gemm_pipeline.py,
+ * test_solve_pipeline.py). Built twice, once under each soname; it needs
  * fakedev's libcuda.so.1 (DT_NEEDED), whose call table counts these
- * functions too (fakedev_count) and whose queued copies a kernel performs
- * first (fakedev_flush), so that kernels run in stream order.
+ * functions too (fakedev_count), on whose streams the kernels are queued
+ * (fakedev_defer) and whose queued copies syevd performs first
+ * (fakedev_flush), so that kernels run in stream order.
  *
- * Computed for real: gemm in s, d, c, z with N/T/C (queued on the
- * stream and run at the wait, as a kernel; FAKESOLVER_FAIL_GEMM=N makes
- * the N-th fail), in double precision: getrf (partial
- * pivoting, LAPACK's pivot rule) and getrs ('N') in both the 32-bit and
- * the 64-bit API, potrf/potrs (lower and upper). syevd only counts: it
- * writes the diagonal as the eigenvalues and info 0 (its results are not
- * checked). Anything else a backend might look up is absent, as in an
+ * Computed for real, queued on the stream and run at the wait, as a
+ * kernel: gemm in s, d, c, z with N/T/C (FAKESOLVER_FAIL_GEMM=N makes
+ * the N-th fail); getrf (partial pivoting, LAPACK's pivot rule) and getrs
+ * ('N') in s, d, c, z in both the 32-bit and the 64-bit API, potrf/potrs
+ * (lower and upper) in s, d, c, z (fakelin.c, linked in). syevd only
+ * counts: it writes the diagonal as the eigenvalues and info 0 (its
+ * results are not checked). Anything else a backend might look up is absent, as in an
  * old library: the backend then says UNSUPPORTED and the CPU runs it.
  */
 #define _GNU_SOURCE
@@ -23,16 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define API __attribute__((visibility("default")))
-
-void fakedev_count(const char *name);
-void fakedev_flush(void *stream);
-
-#define CNT() fakedev_count(__func__)
-
-struct fh {
-	void *stream;
-};
+#include "fakesolver.h"
 
 static int fs_new(void **h)
 {
@@ -73,7 +66,7 @@ struct fs_gemm {
 	char *c;
 };
 
-static double complex fs_ld(char p, const char *base, int64_t idx)
+double complex fs_ld(char p, const char *base, int64_t idx)
 {
 	switch (p) {
 	case 's': return ((const float *)(const void *)base)[idx];
@@ -83,7 +76,7 @@ static double complex fs_ld(char p, const char *base, int64_t idx)
 	}
 }
 
-static void fs_st(char p, char *base, int64_t idx, double complex v)
+void fs_st(char p, char *base, int64_t idx, double complex v)
 {
 	switch (p) {
 	case 's': ((float *)(void *)base)[idx] = (float)creal(v); break;
@@ -93,7 +86,7 @@ static void fs_st(char p, char *base, int64_t idx, double complex v)
 	}
 }
 
-static void fs_gemm_run(void *arg)
+static int fs_gemm_run(void *arg)
 {
 	const struct fs_gemm *g = arg;
 
@@ -116,9 +109,8 @@ static void fs_gemm_run(void *arg)
 				s += g->be * fs_ld(g->p, g->c, j * g->ldc + i);
 			fs_st(g->p, g->c, j * g->ldc + i, s);
 		}
+	return 0;
 }
-
-int fakedev_defer(void *stream, void (*fn)(void *), void *arg);
 
 /* FAKESOLVER_FAIL_GEMM=N: the N-th gemm call fails (cuBLAS's execution
  * failure), queueing nothing. */
@@ -154,7 +146,7 @@ static int fs_gemm(void *h, char p, int ta, int tb, int64_t m, int64_t n,
 	g->a = a;
 	g->b = b;
 	g->c = c;
-	if (fakedev_defer(((struct fh *)h)->stream, fs_gemm_run, g) != 0) {
+	if (fakedev_defer(((struct fh *)h)->stream, "gemm", fs_gemm_run, g) != 0) {
 		free(g);
 		return 3;
 	}
@@ -192,212 +184,6 @@ API int cusolverDnCreateParams(void **p);
 API int cusolverDnCreateParams(void **p) { CNT(); *p = &fs_params; return 0; }
 API int cusolverDnDestroyParams(void *p);
 API int cusolverDnDestroyParams(void *p) { CNT(); (void)p; return 0; }
-
-/* LU with partial pivoting (dgetf2's rule: the first largest |a|). */
-static int fs_getrf(int64_t m, int64_t n, double *a, int64_t lda,
-		    int64_t *piv)
-{
-	int info = 0;
-
-	for (int64_t j = 0; j < (m < n ? m : n); j++) {
-		int64_t p = j;
-		for (int64_t i = j + 1; i < m; i++)
-			if (fabs(A_(i, j)) > fabs(A_(p, j)))
-				p = i;
-		piv[j] = p + 1;
-		if (A_(p, j) == 0) {
-			if (!info)
-				info = (int)j + 1;
-			continue;
-		}
-		if (p != j)
-			for (int64_t c = 0; c < n; c++) {
-				double t = A_(j, c);
-				A_(j, c) = A_(p, c);
-				A_(p, c) = t;
-			}
-		for (int64_t i = j + 1; i < m; i++)
-			A_(i, j) /= A_(j, j);
-		for (int64_t c = j + 1; c < n; c++)
-			for (int64_t i = j + 1; i < m; i++)
-				A_(i, c) -= A_(i, j) * A_(j, c);
-	}
-	return info;
-}
-
-static void fs_getrs(int64_t n, int64_t nrhs, const double *a, int64_t lda,
-		     const int64_t *piv, double *b, int64_t ldb)
-{
-	for (int64_t r = 0; r < nrhs; r++) {
-		double *x = b + r * ldb;
-		for (int64_t i = 0; i < n; i++) {
-			double t = x[i];
-			x[i] = x[piv[i] - 1];
-			x[piv[i] - 1] = t;
-		}
-		for (int64_t i = 0; i < n; i++)
-			for (int64_t k = 0; k < i; k++)
-				x[i] -= A_(i, k) * x[k];
-		for (int64_t i = n - 1; i >= 0; i--) {
-			for (int64_t k = i + 1; k < n; k++)
-				x[i] -= A_(i, k) * x[k];
-			x[i] /= A_(i, i);
-		}
-	}
-}
-
-API int cusolverDnXgetrf_bufferSize(void *h, void *p, int64_t m, int64_t n,
-				    int dt, const void *a, int64_t lda,
-				    int ct, size_t *dev, size_t *host);
-API int cusolverDnXgetrf_bufferSize(void *h, void *p, int64_t m, int64_t n,
-				    int dt, const void *a, int64_t lda,
-				    int ct, size_t *dev, size_t *host)
-{
-	CNT();
-	(void)h; (void)p; (void)a; (void)lda; (void)ct;
-	*dev = (size_t)(m + n) * 8 + 64;
-	*host = 0;
-	return dt == 1 ? 0 : 7;
-}
-
-API int cusolverDnXgetrf(void *h, void *p, int64_t m, int64_t n, int dt,
-			 double *a, int64_t lda, int64_t *piv, int ct,
-			 void *ws, size_t wsb, void *hws, size_t hwsb,
-			 int *info);
-API int cusolverDnXgetrf(void *h, void *p, int64_t m, int64_t n, int dt,
-			 double *a, int64_t lda, int64_t *piv, int ct,
-			 void *ws, size_t wsb, void *hws, size_t hwsb,
-			 int *info)
-{
-	CNT();
-	(void)p; (void)ct; (void)ws; (void)wsb; (void)hws; (void)hwsb;
-	if (dt != 1)
-		return 7;
-	fs_run(h);
-	*info = fs_getrf(m, n, a, lda, piv);
-	return 0;
-}
-
-API int cusolverDnXgetrs(void *h, void *p, int op, int64_t n, int64_t nrhs,
-			 int dt, const double *a, int64_t lda,
-			 const int64_t *piv, int bt, double *b, int64_t ldb,
-			 int *info);
-API int cusolverDnXgetrs(void *h, void *p, int op, int64_t n, int64_t nrhs,
-			 int dt, const double *a, int64_t lda,
-			 const int64_t *piv, int bt, double *b, int64_t ldb,
-			 int *info)
-{
-	CNT();
-	(void)p; (void)bt;
-	if (dt != 1 || op != 0)
-		return 7;
-	fs_run(h);
-	fs_getrs(n, nrhs, a, lda, piv, b, ldb);
-	*info = 0;
-	return 0;
-}
-
-API int cusolverDnDgetrf_bufferSize(void *h, int m, int n, void *a, int lda,
-				    int *lw);
-API int cusolverDnDgetrf_bufferSize(void *h, int m, int n, void *a, int lda,
-				    int *lw)
-{
-	CNT();
-	(void)h; (void)a; (void)lda;
-	*lw = m + n;
-	return 0;
-}
-
-API int cusolverDnDgetrf(void *h, int m, int n, double *a, int lda, void *ws,
-			 int *ipiv, int *info);
-API int cusolverDnDgetrf(void *h, int m, int n, double *a, int lda, void *ws,
-			 int *ipiv, int *info)
-{
-	int64_t piv[256];
-
-	CNT();
-	(void)ws;
-	if (m > 256 || n > 256)
-		return 7;
-	fs_run(h);
-	*info = fs_getrf(m, n, a, lda, piv);
-	for (int i = 0; i < (m < n ? m : n); i++)
-		ipiv[i] = (int)piv[i];
-	return 0;
-}
-
-API int cusolverDnDgetrs(void *h, int op, int n, int nrhs, const double *a,
-			 int lda, const int *ipiv, double *b, int ldb,
-			 int *info);
-API int cusolverDnDgetrs(void *h, int op, int n, int nrhs, const double *a,
-			 int lda, const int *ipiv, double *b, int ldb,
-			 int *info)
-{
-	int64_t piv[256];
-
-	CNT();
-	if (op != 0 || n > 256)
-		return 7;
-	fs_run(h);
-	for (int i = 0; i < n; i++)
-		piv[i] = ipiv[i];
-	fs_getrs(n, nrhs, a, lda, piv, b, ldb);
-	*info = 0;
-	return 0;
-}
-
-/* Cholesky, unblocked; uplo 0 lower, 1 upper. */
-static int fs_potrf(int up, int64_t n, double *a, int64_t lda)
-{
-	for (int64_t j = 0; j < n; j++) {
-		double d = A_(j, j);
-		for (int64_t k = 0; k < j; k++)
-			d -= up ? A_(k, j) * A_(k, j) : A_(j, k) * A_(j, k);
-		if (!(d > 0))
-			return (int)j + 1;
-		A_(j, j) = sqrt(d);
-		for (int64_t i = j + 1; i < n; i++) {
-			double s = up ? A_(j, i) : A_(i, j);
-			for (int64_t k = 0; k < j; k++)
-				s -= up ? A_(k, j) * A_(k, i) : A_(i, k) * A_(j, k);
-			if (up)
-				A_(j, i) = s / A_(j, j);
-			else
-				A_(i, j) = s / A_(j, j);
-		}
-	}
-	return 0;
-}
-
-API int cusolverDnXpotrf_bufferSize(void *h, void *p, int uplo, int64_t n,
-				    int dt, const void *a, int64_t lda,
-				    int ct, size_t *dev, size_t *host);
-API int cusolverDnXpotrf_bufferSize(void *h, void *p, int uplo, int64_t n,
-				    int dt, const void *a, int64_t lda,
-				    int ct, size_t *dev, size_t *host)
-{
-	CNT();
-	(void)h; (void)p; (void)uplo; (void)a; (void)lda; (void)ct;
-	*dev = (size_t)n * 8 + 64;
-	*host = 0;
-	return dt == 1 ? 0 : 7;
-}
-
-API int cusolverDnXpotrf(void *h, void *p, int uplo, int64_t n, int dt,
-			 double *a, int64_t lda, int ct, void *ws, size_t wsb,
-			 void *hws, size_t hwsb, int *info);
-API int cusolverDnXpotrf(void *h, void *p, int uplo, int64_t n, int dt,
-			 double *a, int64_t lda, int ct, void *ws, size_t wsb,
-			 void *hws, size_t hwsb, int *info)
-{
-	CNT();
-	(void)p; (void)ct; (void)ws; (void)wsb; (void)hws; (void)hwsb;
-	if (dt != 1)
-		return 7;
-	fs_run(h);
-	*info = fs_potrf(uplo == 1, n, a, lda);
-	return 0;
-}
 
 API int cusolverDnXsyevd_bufferSize(void *h, void *p, int jobz, int uplo,
 				    int64_t n, int dt, const void *a,

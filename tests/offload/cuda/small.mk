@@ -1,7 +1,7 @@
 # tests/offload/cuda/small.mk - what the tests of a small call's cost
 # (tests/offload/cuda/test_small_calls.py) need: the fake driver
 # (xfer.mk's fakedev, libcuda.so.1) with stand-ins for cuBLAS and cuSOLVER
-# next to it (fakesolver.c, under both sonames), and smallcalls, a loop of
+# next to it (fakesolver.c and fakelin.c, under both sonames), and smallcalls, a loop of
 # one small BLAS/LAPACK call linked with the system's libraries.
 # `make small-tests` builds them.
 #
@@ -12,9 +12,10 @@ SMALL_SAVED_GOAL := $(.DEFAULT_GOAL)
 SMALL_FD   := $(B)/tests/offload/cuda/fakedev
 SMALL_LIBS := $(SMALL_FD)/libcublas.so.13 $(SMALL_FD)/libcusolver.so.12
 
-$(SMALL_LIBS): tests/offload/cuda/fakesolver.c $(SMALL_FD)/libcuda.so.1
+SMALL_SOLVER := tests/offload/cuda/fakesolver.c tests/offload/cuda/fakelin.c
+$(SMALL_LIBS): $(SMALL_SOLVER) tests/offload/cuda/fakesolver.h $(SMALL_FD)/libcuda.so.1
 	$(CC) $(WARN) $(CFLAGS) -fPIC -shared -fvisibility=hidden \
-	    -Wl,-soname,$(@F) -o $@ $< -L$(SMALL_FD) -l:libcuda.so.1 -lm
+	    -Wl,-soname,$(@F) -o $@ $(SMALL_SOLVER) -L$(SMALL_FD) -l:libcuda.so.1 -lm
 
 $(B)/tests/offload/smallcalls: tests/offload/cuda/smallcalls.c
 	@mkdir -p $(@D)

@@ -32,10 +32,11 @@ XFER_THDR := tests/offload/cuda/xfertest.h tests/offload/ntasks.h
 xfer-tests: $(XFER_BINS)
 all: xfer-tests
 
-$(XFER_T)/fakedev/libcuda.so.1: tests/offload/cuda/fakedev.c
+FAKEDEV_SRC := tests/offload/cuda/fakedev.c tests/offload/cuda/fakelog.c
+$(XFER_T)/fakedev/libcuda.so.1: $(FAKEDEV_SRC) tests/offload/cuda/fakelog.h
 	@mkdir -p $(@D)
 	$(CC) $(WARN) -Wno-missing-prototypes $(CFLAGS) -fPIC -shared -fvisibility=hidden \
-	    -Wl,-soname,libcuda.so.1 -o $@ $<
+	    -Wl,-soname,libcuda.so.1 -o $@ $(FAKEDEV_SRC)
 
 $(XFER_T)/xfertest: $(XFER_TSRC) $(XFER_THDR) $(XFER_SRC) $(XFER_HDR)
 	@mkdir -p $(@D)
@@ -65,7 +66,7 @@ lint-xfer: $(B)/offload/gen/ops.h
 	  --std=c11 --inline-suppr -Isrc/offload -Isrc/offload/cuda \
 	  -I$(B)/offload/gen src/offload/cuda/xfer.c src/offload/cuda/xpool.c \
 	  src/offload/cuda/xfault.c src/offload/cuda/xstage.c \
-	  tests/offload/cuda/fakedev.c $(XFER_TSRC) \
+	  tests/offload/cuda/fakedev.c tests/offload/cuda/fakelog.c $(XFER_TSRC) \
 	  bench/offload/xfer_bench.c
 
 .DEFAULT_GOAL := $(XFER_SAVED_GOAL)
