@@ -33,6 +33,7 @@ struct gpo_tls {
 	uint32_t left;         /* counts until the next fold; 0: fold next */
 	uint8_t keyed;         /* 0: no destructor yet, 1: registered,
 	                        * 2: exited (or no key): fold every count */
+	uint8_t cfg;           /* reading the frontend's configuration */
 	uint64_t n[GPO_R_MAX]; /* counts not yet folded, per reason */
 };
 extern __thread struct gpo_tls gpo_tls

@@ -10,6 +10,7 @@
  * of ours shows through.
  */
 #define _GNU_SOURCE
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -38,24 +39,18 @@ void gpo_quiet(int on)
 int gpo_verify_mode;
 static double gpo__min_flops = 1e6;
 static int gpo__config_state;   /* 0 unread, 1 being read, 2 read */
+static pthread_once_t gpo__config_once = PTHREAD_ONCE_INIT;
 double gpo_fast_min, gpo_fast_copy_min;
 
 static int gpo__secure(void);
 
-static void gpo__config(void)
+static void gpo__config_read(void)
 {
 	const char *s;
 	uint64_t v;
-	int expect = 0;
 
-	if (__atomic_load_n(&gpo__config_state, __ATOMIC_ACQUIRE) == 2)
-		return;
-	if (!__atomic_compare_exchange_n(&gpo__config_state, &expect, 1, 0,
-					 __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
-		/* Another thread reads it: until it is done, this call sees
-		 * the defaults (verify off, the default threshold). */
-		return;
-	}
+	gpo_tls.cfg = 1;
+	__atomic_store_n(&gpo__config_state, 1, __ATOMIC_RELAXED);
 	s = getenv("GPU_OFFLOAD_MIN_FLOPS");
 	if (s && *s) {
 		if (gm_parse_uint(s, 10, UINT64_MAX, &v) == 0)
@@ -66,15 +61,34 @@ static void gpo__config(void)
 	}
 	s = getenv("GPU_OFFLOAD_VERIFY");
 	gpo_verify_mode = s && s[0] == '1' && !s[1];
-	__atomic_store_n(&gpo__config_state, 2, __ATOMIC_RELEASE);
 	/* The light path's thresholds, then its gate (count.h): never for
 	 * a secure-execution process (its calls pass through unseen) nor
 	 * with the threshold 0 (every call measured: the full path). */
 	gpo_fast_min = gpo__min_flops;
 	gpo_fast_copy_min = (double)gpo_pcopy_min_n < gpo__min_flops ?
 			    (double)gpo_pcopy_min_n : gpo__min_flops;
+	__atomic_store_n(&gpo__config_state, 2, __ATOMIC_RELEASE);
 	if (gpo__min_flops > 0 && !gpo__secure())
 		gpo_fast_allow(GPO_FAST_CONFIG);
+	gpo_tls.cfg = 0;
+}
+
+/*
+ * The frontend's configuration, read once. A call made while another
+ * thread reads it waits for it (pthread_once): deciding with the
+ * defaults meanwhile sent such a call the wrong way (the default
+ * threshold where GPU_OFFLOAD_MIN_FLOPS says otherwise, verify mode
+ * off) and read the settings while they were being written. The one
+ * exception is a call of the reading thread itself (a signal handler's
+ * BLAS call interrupting the read), which would wait for itself: it sees
+ * the defaults.
+ */
+static void gpo__config(void)
+{
+	if (__atomic_load_n(&gpo__config_state, __ATOMIC_ACQUIRE) == 2 ||
+	    gpo_tls.cfg)
+		return;
+	pthread_once(&gpo__config_once, gpo__config_read);
 }
 
 double gpo_now(void)

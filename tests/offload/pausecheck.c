@@ -16,6 +16,15 @@
  *              in all.
  *   fork N     paused, then a fork: the child (paused too) makes N
  *              dgemm_ calls and exits; the parent resumes and makes N.
+ *   config 0   a call made while another thread reads the frontend's
+ *              configuration: thread R makes the process's first call
+ *              (a 128x128 dgemm_) with stderr a full pipe, so that it
+ *              stays in the configuration's read, in write(2) of the
+ *              message an invalid GPU_OFFLOAD_MIN_FLOPS gets; then the
+ *              main thread makes the same call; a third thread drains
+ *              the pipe once the main thread waits (a futex) or is done.
+ *              Both calls must see the configuration (the test sets
+ *              GPU_OFFLOAD_VERIFY=1: both verified).
  *
  * Every dgemm_ is 8x8 of small integers (exact on any device) and
  * checked. Prints "ok" last when every check held, "bad" otherwise.
@@ -26,6 +35,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -157,8 +168,7 @@ static void mode_threads(long k)
 {
 	pthread_t th[5];
 
-	/* One call first, alone: the configuration is read then (calls made
-	 * while another thread reads it see the default threshold). */
+	/* One call first, alone: the GPU started before the flips. */
 	gemm_once();
 	calls = 1;
 	flips_left = k;
@@ -201,6 +211,123 @@ static void mode_fork(long k)
 	printf("parent dgemm %ld\n", pl_calls[PL_DGEMM]);
 }
 
+#define N128 128
+static double A128[N128 * N128], B128[N128 * N128], C128[N128 * N128];
+static int cfg_pipe[2];
+static long cfg_tid_r, cfg_tid_main;
+static int cfg_r_started, cfg_main_done;
+
+static void gemm128(void)
+{
+	double c[N128 * N128], one = 1, zero = 0;
+	int n = N128;
+
+	dgemm_("N", "N", &n, &n, &n, &one, A128, &n, B128, &n, &zero, c, &n,
+	       1, 1);
+	if (memcmp(c, C128, sizeof c))
+		fail("dgemm_ 128: wrong result");
+}
+
+/* The system call thread `tid` of this process is blocked in, or -1
+ * (open/read: no stdio, whose malloc could make the thread watched wait
+ * on a lock of ours). */
+static long cfg_syscall(long tid)
+{
+	char path[64], buf[64];
+	long nr = -1;
+	ssize_t n;
+	int fd;
+
+	snprintf(path, sizeof path, "/proc/self/task/%ld/syscall", tid);
+	fd = open(path, O_RDONLY);
+	if (fd < 0)
+		return -1;
+	n = read(fd, buf, sizeof buf - 1);
+	close(fd);
+	if (n > 0 && buf[0] >= '0' && buf[0] <= '9') {
+		nr = 0;
+		for (ssize_t i = 0; i < n && buf[i] >= '0' && buf[i] <= '9'; i++)
+			nr = nr * 10 + (buf[i] - '0');
+	}
+	return nr;
+}
+
+static void *cfg_reader(void *arg)
+{
+	(void)arg;
+	__atomic_store_n(&cfg_tid_r, (long)syscall(SYS_gettid), __ATOMIC_RELEASE);
+	__atomic_store_n(&cfg_r_started, 1, __ATOMIC_RELEASE);
+	gemm128();
+	return NULL;
+}
+
+static void *cfg_drainer(void *arg)
+{
+	char buf[4096];
+
+	(void)arg;
+	while (!__atomic_load_n(&cfg_main_done, __ATOMIC_ACQUIRE) &&
+	       cfg_syscall(cfg_tid_main) != SYS_futex)
+		sched_yield();
+	while (read(cfg_pipe[0], buf, sizeof buf) > 0)
+		;
+	return NULL;
+}
+
+static void mode_config(void)
+{
+	pthread_t r, d;
+	int err = dup(2);
+	char fill[4096];
+
+	memset(fill, 'x', sizeof fill);
+	for (int i = 0; i < N128 * N128; i++) {
+		A128[i] = (double)(i % 5) - 2;
+		B128[i] = (double)(i % 3);
+	}
+	for (int j = 0; j < N128; j++)
+		for (int i = 0; i < N128; i++) {
+			double s = 0;
+			for (int l = 0; l < N128; l++)
+				s += A128[i + l * N128] * B128[l + j * N128];
+			C128[i + j * N128] = s;
+		}
+	/* stderr: a pipe, full (its writes block until drained). */
+	if (err < 0 || pipe(cfg_pipe) != 0) {
+		fail("pipe");
+		return;
+	}
+	fcntl(cfg_pipe[1], F_SETFL, O_NONBLOCK);
+	while (write(cfg_pipe[1], fill, sizeof fill) > 0)
+		;
+	while (write(cfg_pipe[1], fill, 1) > 0)
+		;
+	fcntl(cfg_pipe[1], F_SETFL, 0);
+	fcntl(cfg_pipe[0], F_SETFL, O_NONBLOCK);
+	dup2(cfg_pipe[1], 2);
+	cfg_tid_main = (long)syscall(SYS_gettid);
+	if (pthread_create(&r, NULL, cfg_reader, NULL)) {
+		dup2(err, 2);
+		fail("pthread_create");
+		return;
+	}
+	/* R inside the configuration's read: blocked in its write(2). */
+	while (!__atomic_load_n(&cfg_r_started, __ATOMIC_ACQUIRE) ||
+	       cfg_syscall(__atomic_load_n(&cfg_tid_r, __ATOMIC_ACQUIRE)) != SYS_write)
+		sched_yield();
+	if (pthread_create(&d, NULL, cfg_drainer, NULL)) {
+		dup2(err, 2);
+		fail("pthread_create");
+		return;
+	}
+	gemm128();
+	__atomic_store_n(&cfg_main_done, 1, __ATOMIC_RELEASE);
+	pthread_join(d, NULL);
+	pthread_join(r, NULL);
+	dup2(err, 2);
+	close(err);
+}
+
 int main(int argc, char **argv)
 {
 	long k = argc > 2 ? atol(argv[2]) : 0;
@@ -230,6 +357,8 @@ int main(int argc, char **argv)
 		mode_threads(k);
 	else if (!strcmp(argv[1], "fork"))
 		mode_fork(k);
+	else if (!strcmp(argv[1], "config"))
+		mode_config();
 	else
 		return 2;
 	printf("%s\n", bad ? "bad" : "ok");

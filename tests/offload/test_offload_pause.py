@@ -220,3 +220,19 @@ def test_the_ctypes_recipe_with_and_without_the_library(tmp_path):
     assert m and int(m.group(1)) > 0 and int(m.group(2)) > 0, p.stdout + p.stderr
     [(_, _, _, reasons)] = summary(p.stderr)
     assert reasons.get("paused", 0) >= 2, p.stderr
+
+
+def test_a_call_made_while_another_thread_reads_the_configuration_sees_it(tmp_path):
+    """pausecheck config: thread R's first call stays inside the
+    frontend's configuration read (its stderr a full pipe, the message an
+    invalid GPU_OFFLOAD_MIN_FLOPS gets blocked in write(2)) while the main
+    thread makes the same 128x128 dgemm_: with GPU_OFFLOAD_VERIFY=1 both
+    calls are verified. Before the fix the main thread's call went on with
+    the defaults (verify mode off: decided forced-gpu, never compared)."""
+    e = F.env(tmp_path, "", GPU_OFFLOAD_SUMMARY=1, GPU_OFFLOAD_VERIFY=1,
+              GPU_OFFLOAD_MIN_FLOPS="many")
+    p = subprocess.run([PAUSECHECK, "config", "0"], env=e, capture_output=True,
+                       text=True, timeout=120)
+    assert p.returncode == 0 and p.stdout == "ok\n", p.stdout + p.stderr
+    [(seen, _, _, reasons)] = summary(p.stderr)
+    assert seen == 2 and reasons == {"verify": 2}, p.stderr
