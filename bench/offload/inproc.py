@@ -34,7 +34,12 @@ Rounds come from the budget: a point gets R_MAX rounds when that fits
 its share (what is left over the points left), fewer down to R_MIN (2
 where a CPU call takes over 2 s, 1 over 8 s), and is skipped (named)
 when even those do not fit what is left or its CPU call is predicted
-over --max-call-s."""
+over --max-call-s. Always an even number of rounds but for 1: only then
+is the ABBA order whole (paused and active in as many first as second
+places), so that a drift over the point (the machine warming, another
+job starting) falls on both sides alike; with an odd R the medians'
+ratio carries one rep's drift (paused first in one round more), in
+active's favour or against it."""
 import json
 import os
 
@@ -42,7 +47,7 @@ import harness as H
 import verdict as V
 from sweep import MIXED, OPS, FULL, QUICK, SMOKE, WORK, _order, _predict, setup_cost
 
-R_MIN, R_MAX = 3, 15
+R_MIN, R_MAX = 4, 16
 ENTRY_NS_ASSUMED = 10.0
 ENTRY_NS_MIN = 1.0
 # offload_small's cases and the wrapper calls each makes (docs/offload.md:
@@ -79,6 +84,12 @@ def plan(c):
     order = _order([n for n in sizes if n <= c.fresh_max]) + \
         _order([n for n in sizes if n > c.fresh_max])
     return [Point("mixed", 0)] + [Point(op, n) for n in order for op in OPS]
+
+
+def even_rounds(r):
+    """r rounded up to an even number (ABBA whole, module docstring), but
+    1 stays 1."""
+    return r if r <= 1 else r + (r & 1)
 
 
 def fewest_rounds(pred):
@@ -222,7 +233,7 @@ def run_point(c, p, rounds, rep_s, warm_s, pred, ratio=1.0):
 def sec_sweep_inproc(c):
     rep_s = getattr(c, "sweep_rep_s", None) or (0.01 if c.quick else 0.05)
     warm_s = 0.05 if c.quick else 1.0
-    rmax = getattr(c, "sweep_rounds", None) or (R_MIN if c.quick else R_MAX)
+    rmax = even_rounds(getattr(c, "sweep_rounds", None) or (R_MIN if c.quick else R_MAX))
     c.entry_ns, c.entry_how = entry_ns(c)
     pts = plan(c)
     measured = []
@@ -239,7 +250,7 @@ def sec_sweep_inproc(c):
         # A margin (as the pair mode's): the predictions are rough, and a
         # process that runs into the deadline is killed and lost.
         while rounds > lo and 1.3 * cost(p, rounds, pred, warm_s, rep_s, ratio) > share:
-            rounds -= 1
+            rounds = max(lo, rounds - 2)
         need = 1.3 * cost(p, rounds, pred, warm_s, rep_s, ratio)
         if need > left:
             p.skipped = "predicted %.0f s, %.0f s left" % (need, left)

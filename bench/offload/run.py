@@ -124,7 +124,8 @@ def main():
                     help="the sweep's method: process pairs (default), or in one process a "
                     "point, paused against active (gpu_offload_pause)")
     ap.add_argument("--sweep-rounds", type=int,
-                    help="inproc: the most rounds a point (default 15; quick 3)")
+                    help="inproc: the most rounds a point (default 16; quick 4; an odd "
+                    "number is rounded up: ABBA whole)")
     ap.add_argument("--sweep-rep-s", type=float,
                     help="inproc: seconds of paused calls a rep (default 0.05; quick 0.01)")
     ap.add_argument("--warm-min", type=int,
