@@ -160,11 +160,18 @@ def entry_ns(c):
 
 
 def calls_per_rep(res, summary):
-    """Wrapper calls a rep of the paused side makes (module docstring)."""
+    """Wrapper calls a rep of the paused side makes (module docstring), or
+    None where the summary cannot say: none printed (the process's stderr
+    cut short, the summary not asked for) or one without paused calls
+    while the work made some (another process's, or counts lost). Never 0
+    for want of a summary: that is a bound of 0, which would judge the
+    point on its ratio alone."""
     inv_p, inv_a = res.get("paused_calls") or 0, res.get("active_calls") or 0
-    if not inv_p:
+    if not inv_p or not summary or not summary.get("processes"):
         return None
     rs = summary.get("reasons", {})
+    if res.get("switch") and not rs.get("paused"):
+        return None
     top = rs.get("paused", 0) / inv_p
     nested = rs.get("nested", 0)
     nested = nested / (inv_p + inv_a) if summary.get("offloaded", 0) == 0 else nested / inv_p
@@ -226,6 +233,8 @@ def run_point(c, p, rounds, rep_s, warm_s, pred, ratio=1.0):
     if p.paused:
         p.per_call = H.med(p.paused) / p.count
     p.calls_per_rep = calls_per_rep(res, p.summary)
+    if p.calls_per_rep is None and res.get("switch"):
+        p.errors.append("no summary counting the paused calls: the entry bound unknown")
     if p.calls_per_rep is not None and p.paused:
         p.bound = c.entry_ns * 1e-9 * p.calls_per_rep / H.med(p.paused)
 

@@ -260,3 +260,43 @@ def test_inproc_rounds_cancel_a_linear_drift(monkeypatch, tmp_path):
             continue
         assert r % 2 == 0, chosen
         assert abs(_drift_ratio(monkeypatch, r) - 1) < 1e-5, (r, chosen)
+
+
+def test_inproc_point_without_a_summary_is_an_error_not_a_bound_of_0(monkeypatch):
+    """A point whose process printed no summary (its stderr cut short, or
+    one without the paused calls) has no entry bound: the point is an
+    error, not judged on its ratio alone with a bound of 0."""
+    import inproc as I
+    res = {"switch": True, "count": 10, "warm_calls": 1, "warm_s": 0.01,
+           "gpu_after_warm": False, "calib_calls": 2, "paused": [1.0, 1.0, 1.0, 1.0],
+           "active": [1.0, 1.0, 1.0, 1.0], "first": ["paused", "active"] * 2,
+           "gpu_round": None, "paused_calls": 42, "active_calls": 41}
+    whole = ("gpu-offload: summary: 830 calls seen, 0 decided, 0 offloaded (GPU 0.000 s, "
+             "start-up 0.000 s), predicted time saved 0.000 s; reasons: paused=420 small=410\n")
+    for err, want in (("", None), ("gpu-offload: summary: cut", None),
+                      (whole.replace("paused=420 ", ""), None), (whole, 100.0)):
+        def fake_run(argv, env, timeout, cwd=None):
+            return 0, json.dumps({"results": [{"inproc": res}]}) + "\n", err, 1.0
+        monkeypatch.setattr(H, "run", fake_run)
+
+        class Ctx:
+            entry_ns = 10.0
+            py = "python3"
+
+            def prefix(self, mode, trace=None):
+                return []
+
+            def env(self, mode, extra=None):
+                return {}
+
+            def keys(self, mode, extra=None):
+                return []
+        c = Ctx()
+        c.budget = H.Budget(100)
+        p = I.Point("dgemm", 16)
+        I.run_point(c, p, 4, 0.01, 0.01, None)
+        if want is None:
+            assert p.calls_per_rep is None and p.bound is None and p.errors, (err, p.errors)
+        else:
+            assert p.calls_per_rep == pytest.approx(want) and not p.errors, p.errors
+            assert p.bound == pytest.approx(1e-9 * 10.0 * want), p.bound
