@@ -292,7 +292,8 @@ def report(c, pts, rep_s, warm_s):
         nm = "-" if p.op == "mixed" else p.n
         if not j.get("k"):
             rows.append((p.op, nm, "-", "-", "-", "-", "-", "-", "-",
-                         "error: %s" % "; ".join(p.errors[:2]), "**error**"))
+                         "error: %s" % "; ".join(p.errors[:2] or [j.get("why", "")]),
+                         "**error**"))
             bad.append(p.key())
             continue
         w = p.res

@@ -68,7 +68,7 @@ def judge_inproc(paused, active, bound=0.0, limit=LIMIT, exclude=()):
     paused (the CPU library's calls) and active, round i, in ABBA order,
     so that no per-process state enters their ratio. Rounds in `exclude`
     (the GPU started in that active rep) are left out but kept in
-    `total`. `bound`: the relative cost of the wrapper's entry still in
+    `total`; when that leaves none (one round), the verdict is "error". `bound`: the relative cost of the wrapper's entry still in
     the paused side (calls a rep x the measured cost of a paused call,
     over the paused rep's time): paused can be at most that much slower
     than the CPU library with no offloader loaded.
@@ -84,7 +84,13 @@ def judge_inproc(paused, active, bound=0.0, limit=LIMIT, exclude=()):
             if p and a and p > 0 and a > 0]
     if not ok_r:
         return {"k": 0, "verdict": "error", "clear": False, "mode": "inproc"}
-    keep = [(p, a) for i, p, a in ok_r if i not in set(exclude)] or [(p, a) for _, p, a in ok_r]
+    keep = [(p, a) for i, p, a in ok_r if i not in set(exclude)]
+    if not keep:
+        # Every round left out (one round, whose active rep started the
+        # GPU): nothing to judge; the left-out rounds are not judged as
+        # if they had been kept.
+        return {"k": 0, "excluded": len(ok_r), "verdict": "error", "clear": False,
+                "mode": "inproc", "why": "every round left out (the GPU started in it)"}
     r = [a / p for p, a in keep]
     ratio = quantile([a for _, a in keep], 0.5) / quantile([p for p, _ in keep], 0.5)
     f = 1.0 + max(0.0, bound or 0.0)

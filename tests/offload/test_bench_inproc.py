@@ -300,3 +300,14 @@ def test_inproc_point_without_a_summary_is_an_error_not_a_bound_of_0(monkeypatch
         else:
             assert p.calls_per_rep == pytest.approx(want) and not p.errors, p.errors
             assert p.bound == pytest.approx(1e-9 * 10.0 * want), p.bound
+
+
+def test_judge_inproc_with_every_round_left_out_judges_nothing():
+    """One round whose active rep started the GPU (left out, as the
+    report says): no verdict on it, rather than the left-out round judged
+    as if kept (a GPU start's cost, or its absence, in the ratio)."""
+    import verdict as V
+    j = V.judge_inproc([1.0], [0.5], 0.0, exclude=[0])
+    assert j["verdict"] == "error" and j["k"] == 0 and j["excluded"] == 1, j
+    j = V.judge_inproc([1.0, 1.0], [3.0, 1.0], 0.0, exclude=[0])
+    assert j["verdict"] == "ok" and j["k"] == 1 and j["ratio"] == 1.0, j
