@@ -23,8 +23,10 @@
  *              message an invalid GPU_OFFLOAD_MIN_FLOPS gets; then the
  *              main thread makes the same call; a third thread drains
  *              the pipe once the main thread waits (a futex) or is done.
- *              Both calls must see the configuration (the test sets
- *              GPU_OFFLOAD_VERIFY=1: both verified).
+ *              Before that call, while R is still in the read, a fork:
+ *              the child (stderr restored) makes the call too. Every
+ *              call must see the configuration (the test sets
+ *              GPU_OFFLOAD_VERIFY=1: each verified).
  *
  * Every dgemm_ is 8x8 of small integers (exact on any device) and
  * checked. Prints "ok" last when every check held, "bad" otherwise.
@@ -277,7 +279,8 @@ static void *cfg_drainer(void *arg)
 static void mode_config(void)
 {
 	pthread_t r, d;
-	int err = dup(2);
+	int err = dup(2), st;
+	pid_t pid;
 	char fill[4096];
 
 	memset(fill, 'x', sizeof fill);
@@ -315,6 +318,18 @@ static void mode_config(void)
 	while (!__atomic_load_n(&cfg_r_started, __ATOMIC_ACQUIRE) ||
 	       cfg_syscall(__atomic_load_n(&cfg_tid_r, __ATOMIC_ACQUIRE)) != SYS_write)
 		sched_yield();
+	/* A fork meanwhile: the child (its stderr the real one again) reads
+	 * the configuration itself, the reader being the parent's. */
+	fflush(NULL);
+	pid = fork();
+	if (pid == 0) {
+		dup2(err, 2);
+		gemm128();
+		exit(bad ? 1 : 0);
+	}
+	if (pid < 0 || waitpid(pid, &st, 0) != pid || !WIFEXITED(st) ||
+	    WEXITSTATUS(st))
+		fail("fork child failed");
 	if (pthread_create(&d, NULL, cfg_drainer, NULL)) {
 		dup2(err, 2);
 		fail("pthread_create");

@@ -228,11 +228,16 @@ def test_a_call_made_while_another_thread_reads_the_configuration_sees_it(tmp_pa
     invalid GPU_OFFLOAD_MIN_FLOPS gets blocked in write(2)) while the main
     thread makes the same 128x128 dgemm_: with GPU_OFFLOAD_VERIFY=1 both
     calls are verified. Before the fix the main thread's call went on with
-    the defaults (verify mode off: decided forced-gpu, never compared)."""
+    the defaults (verify mode off: decided forced-gpu, never compared).
+    A child forked while R is in the read reads the configuration itself:
+    its call verified too (before the fix the child's read stayed 'being
+    read' for good, every call of the child on the defaults and the light
+    path never open)."""
     e = F.env(tmp_path, "", GPU_OFFLOAD_SUMMARY=1, GPU_OFFLOAD_VERIFY=1,
               GPU_OFFLOAD_MIN_FLOPS="many")
     p = subprocess.run([PAUSECHECK, "config", "0"], env=e, capture_output=True,
                        text=True, timeout=120)
     assert p.returncode == 0 and p.stdout == "ok\n", p.stdout + p.stderr
-    [(seen, _, _, reasons)] = summary(p.stderr)
-    assert seen == 2 and reasons == {"verify": 2}, p.stderr
+    child, parent = summary(p.stderr)
+    assert child[0] == 1 and child[3] == {"verify": 1}, p.stderr
+    assert parent[0] == 2 and parent[3] == {"verify": 2}, p.stderr
