@@ -230,8 +230,8 @@ static void gemm128(void)
 		fail("dgemm_ 128: wrong result");
 }
 
-/* The system call thread `tid` of this process is blocked in, or -1
- * (open/read: no stdio, whose malloc could make the thread watched wait
+/* The system call thread `tid` of this process is blocked in, -1 when
+ * running, -2 when the kernel has no such file (open/read: no stdio, whose malloc could make the thread watched wait
  * on a lock of ours). */
 static long cfg_syscall(long tid)
 {
@@ -243,7 +243,7 @@ static long cfg_syscall(long tid)
 	snprintf(path, sizeof path, "/proc/self/task/%ld/syscall", tid);
 	fd = open(path, O_RDONLY);
 	if (fd < 0)
-		return -1;
+		return -2;
 	n = read(fd, buf, sizeof buf - 1);
 	close(fd);
 	if (n > 0 && buf[0] >= '0' && buf[0] <= '9') {
@@ -309,6 +309,12 @@ static void mode_config(void)
 	fcntl(cfg_pipe[0], F_SETFL, O_NONBLOCK);
 	dup2(cfg_pipe[1], 2);
 	cfg_tid_main = (long)syscall(SYS_gettid);
+	if (cfg_syscall(cfg_tid_main) == -2) {
+		/* no /proc/PID/task/TID/syscall here: nothing to watch */
+		dup2(err, 2);
+		printf("no syscall file\n");
+		exit(4);
+	}
 	if (pthread_create(&r, NULL, cfg_reader, NULL)) {
 		dup2(err, 2);
 		fail("pthread_create");

@@ -237,6 +237,8 @@ def test_a_call_made_while_another_thread_reads_the_configuration_sees_it(tmp_pa
               GPU_OFFLOAD_MIN_FLOPS="many")
     p = subprocess.run([PAUSECHECK, "config", "0"], env=e, capture_output=True,
                        text=True, timeout=120)
+    if p.returncode == 4 and p.stdout == "no syscall file\n":
+        pytest.skip("no /proc/self/task/TID/syscall to see where a thread waits")
     assert p.returncode == 0 and p.stdout == "ok\n", p.stdout + p.stderr
     child, parent = summary(p.stderr)
     assert child[0] == 1 and child[3] == {"verify": 1}, p.stderr
