@@ -321,3 +321,42 @@ def test_a_failed_call_leaves_later_calls_pipelined(tmp_path):
     assert r.out == cpu(tmp_path, "gesv", "z", 64, shape, count=2)
     assert len(_kernel(r.journal, "getrf")) == 1, r.journal    # the failed one queued nothing
     assert pipelined(r.journal), r.journal
+
+
+def _allocs(r):
+    return r.counts.get("cuMemAlloc_v2", 0)
+
+
+@pytest.mark.parametrize("op,p,iw", FAIL_CASES)
+@pytest.mark.parametrize("kind", ["ok", "singular"])
+@pytest.mark.parametrize("ws", [0, 8 << 20])
+def test_a_failed_call_leaves_nothing_behind_for_the_next(tmp_path, op, p, iw, kind, ws):
+    """The first of two calls fails at each step in turn (each copy at its
+    call and at its execution, the factorisation and the solve when queued
+    and when run), also with the factorisation's workspace larger than the
+    kept one: no kernel of the failed call outlives it (a factorisation
+    still queued would factor the next call's A, which the pool hands the
+    same buffer, a second time) and every buffer went back to the pool
+    (the next call allocates nothing a clean pair of calls does not). The
+    second call is pipelined and both equal the CPU's, byte for byte."""
+    shape = (24, 5, 3, 2)
+    extra = {"FAKESOLVER_WS": ws} if ws else {}
+    clean = gpu(tmp_path, op, p, iw, shape, kind, count=2, **extra)
+    ok(clean)
+    want = cpu(tmp_path, op, p, iw, shape, kind, count=2)
+    assert clean.out == want
+    copies = sum(v for k, v in clean.counts.items() if k.startswith("cuMemcpy"))
+    steps = [(k, nth) for k in ("FAKEDEV_FAIL_COPY", "FAKEDEV_FAIL_EXEC")
+             for nth in range(1, copies // 2 + 1)]
+    steps += [("FAKESOLVER_FAIL_SOLVE", 1), ("FAKESOLVER_FAIL_SOLVE", 2),
+              ("FAKESOLVER_FAIL_RUN", 1), ("FAKESOLVER_FAIL_RUN", 2)]
+    for knob, nth in steps:
+        r = gpu(tmp_path, op, p, iw, shape, kind, count=2, **extra, **{knob: nth})
+        ok(r)
+        assert "the GPU backend failed" in r.proc.stderr, (knob, nth, r.text)
+        assert r.out == want, (knob, nth)
+        assert _allocs(r) == _allocs(clean), (knob, nth, r.counts, clean.counts)
+        # The second call alone: from its A's copy in (the last of A's size).
+        n, es = shape[0], ES[p]
+        a_in = [i for i, b, _ in _copies(r.journal, "h2d") if b == n * n * es]
+        assert pipelined(r.journal[a_in[-1]:]), (knob, nth, r.journal)
