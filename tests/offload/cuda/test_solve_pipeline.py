@@ -360,3 +360,23 @@ def test_a_failed_call_leaves_nothing_behind_for_the_next(tmp_path, op, p, iw, k
         n, es = shape[0], ES[p]
         a_in = [i for i, b, _ in _copies(r.journal, "h2d") if b == n * n * es]
         assert pipelined(r.journal[a_in[-1]:]), (knob, nth, r.journal)
+
+
+@pytest.mark.parametrize("value,taken", [
+    (None, True), ("", True), ("8MiB", True), ("-1", True), (" 8388608", True),
+    ("8388608", True), ("8388609", False),
+    ("18446744073709551615", False), ("18446744073709551611", False),
+    ("99999999999999999999999999", False)])
+def test_the_floors_variable_bad_empty_and_huge(tmp_path, value, taken):
+    """A and B of exactly the default floor (n = 32, nrhs = 16352 in
+    complex128: 8 MiB) are taken; GPU_OFFLOAD_CUDA_SOLVE_MIN unset, empty
+    or not a decimal number (the backend says nothing): the default; a
+    number, however large (2^64 - 1 or beyond: a floor above any call),
+    is the floor."""
+    shape = (32, 16352, 0, 0)
+    r = gpu(tmp_path, "gesv", "z", 64, shape, GPU_OFFLOAD_CUDA_SOLVE_MIN=value)
+    ok(r)
+    assert "1 offloaded" in r.proc.stderr, r.text
+    assert "SOLVE_MIN" not in r.text, r.text
+    assert pipelined(r.journal) == taken, (value, r.journal)
+    assert r.out == cpu(tmp_path, "gesv", "z", 64, shape)
