@@ -17,9 +17,12 @@
  *                   includes restoring the 4x4 system each time
  * The LAPACK cases are built only where liblapack.so.3 links (HAVE_LAPACK).
  * Arguments: [CALLS [CASE]]: CALLS per round (2000000), CASE one case
- * alone (its name, for a profile).
+ * alone (its name, for a profile). BENCH_OFFLOAD_PAUSE=1 in the
+ * environment: the offloader paused first (gpu_offload_pause, found by
+ * dlsym; nothing when not loaded): what a paused call costs.
  */
-#define _POSIX_C_SOURCE 200809L
+#define _GNU_SOURCE
+#include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -114,6 +117,11 @@ int main(int argc, char **argv)
 	for (int i = 0; i < 16; i++) {
 		a[i] = b[i] = i * 0.5;
 		x[i] = 1 + i;
+	}
+	if (getenv("BENCH_OFFLOAD_PAUSE") && !strcmp(getenv("BENCH_OFFLOAD_PAUSE"), "1")) {
+		int (*sw)(int) = (int (*)(int))dlsym(RTLD_DEFAULT, "gpu_offload_pause");
+		if (sw)
+			sw(1);
 	}
 #ifdef HAVE_LAPACK
 	/* The Cholesky factor (lower) of the tridiagonal 4,1 matrix. */

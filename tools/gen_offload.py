@@ -12,7 +12,8 @@ written, and how verify mode compares it). From it this writes, into OUTDIR:
   ops.c        per operation: name, describe() (flops, operands, options)
   wrappers.c   every exported wrapper: 4 precisions x Fortran/CBLAS x
                standard, scipy_ and scipy_*_64_ names
-  exports.list the exported names, one a line (tools/gate.sh)
+  exports.list the exported names, one a line (tools/gate.sh): the
+               wrappers' and the library's own (src/offload/exports.list)
   exports.map  the linker version script exporting exactly those
 
 Only /usr/bin/python3's standard library is used; the output is not
@@ -387,6 +388,7 @@ def gen_wrapper(op, p, scheme, cblas, w):
     call_full = f"{full}({names + ', ' if names else ''}__builtin_return_address(0))"
     ret_full = f"\t\t{call_full};\n\t\treturn;" if ret == "void" else f"\t\treturn {call_full};"
     light.append("\tstruct gpo_tls *t = &gpo_tls;")
+    light.append("\tunsigned g = gpo_fast_gate();")
     light.append(f"\t{name}__real_t real;")
     light.append("\tunsigned why;")
     # Nested: its own calls are nested already (the depth is above 0), so
@@ -394,8 +396,10 @@ def gen_wrapper(op, p, scheme, cblas, w):
     # frame of ours, no copy of stack arguments). Nothing here calls out:
     # a cache miss or a fold due (left 0) takes the full path, which
     # resolves and counts the same call the same way.
+    # The gate (count.h) is read once: nested calls go straight through
+    # paused or not, the others when it is 0 (open, not paused).
     light.append("\tif (t->depth > 0) {")
-    light.append(f"\t\tif (gpo_fast_on() && !t->quiet && t->left != 0 &&")
+    light.append(f"\t\tif ((g & GPO_FAST_SHUT) == 0 && !t->quiet && t->left != 0 &&")
     light.append(f"\t\t    (real = ({name}__real_t)gpo_fast_cached(&{name}__fn, "
                  "__builtin_return_address(0))) != NULL) {")
     light.append("\t\t\tt->n[GPO_R_NESTED]++;")
@@ -409,10 +413,29 @@ def gen_wrapper(op, p, scheme, cblas, w):
     light.append(ret_full)
     light.append("\t}")
     # Not nested: the CPU library's own calls must see the depth raised.
-    light.append(f"\tif (gpo_fast_on() && !t->quiet && t->left != 0 && (why = ({why0})) != 0 &&")
+    light.append(f"\tif (g == 0 && !t->quiet && t->left != 0 && (why = ({why0})) != 0 &&")
     light.append(f"\t    (real = ({name}__real_t)gpo_fast_cached(&{name}__fn, "
                  "__builtin_return_address(0))) != NULL) {")
     light.append("\t\tt->n[why]++;")
+    light.append("\t\tt->left--;")
+    light.append("\t\tt->depth++;")
+    if ret == "void":
+        light.append(f"\t\t{call};")
+        light.append("\t\tt->depth--;")
+        light.append("\t\treturn;")
+    else:
+        light.append(f"\t\t{ret} lr = {call};")
+        light.append("\t\tt->depth--;")
+        light.append("\t\treturn lr;")
+    light.append("\t}")
+    # Paused (src/offload/pause.c), gate otherwise open: any call, of
+    # any size, is the CPU library's (no copy engine), counted paused,
+    # the depth raised as above. After the active test, which it costs
+    # nothing: a call that passes that one never gets here.
+    light.append("\tif (g == GPO_FAST_PAUSED && !t->quiet && t->left != 0 &&")
+    light.append(f"\t    (real = ({name}__real_t)gpo_fast_cached(&{name}__fn, "
+                 "__builtin_return_address(0))) != NULL) {")
+    light.append("\t\tt->n[GPO_R_PAUSED]++;")
     light.append("\t\tt->left--;")
     light.append("\t\tt->depth++;")
     if ret == "void":
@@ -592,6 +615,15 @@ def main():
                 if op.cargs is not None:
                     names.append(gen_wrapper(op, p, scheme, True, w))
     assert len(names) == len(set(names)), "duplicate wrapper names"
+    # The library's own exports (src/offload/exports.list: the pause
+    # switch), in the same list and map.
+    own = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..",
+                       "src", "offload", "exports.list")
+    with open(own) as f:
+        extra = [ln.strip() for ln in f if ln.strip() and not ln.startswith("#")]
+    assert not set(extra) & set(names), "an own export is a wrapper name"
+    nwrap = len(names)
+    names = names + extra
     o = []
     gen_ops(o)
     files = {
@@ -614,7 +646,8 @@ def main():
             with open(path + ".tmp", "w") as f:
                 f.write(text)
             os.replace(path + ".tmp", path)
-    print(f"gen_offload: {len(names)} wrappers of {len(OPS)} operations in {out}")
+    print(f"gen_offload: {nwrap} wrappers of {len(OPS)} operations and "
+          f"{len(names) - nwrap} own exports in {out}")
 
 
 if __name__ == "__main__":

@@ -36,3 +36,12 @@ $(B)/bench/solve_phases: bench/offload/solve_phases.c
 	@mkdir -p $(@D)
 	$(CC) $(WARN) $(CFLAGS) -o $@ $< -ldl
 all: $(B)/bench/solve_phases
+
+# What a wrapper's entry costs a call, on a BLAS loaded at run time (the
+# GPU machine has no system BLAS to link): `build/bench/entry_cost LIB
+# [CALLS]`, plain and preloaded paused; the in-process sweep's bound
+# (bench/offload/inproc.py) where offload_small is not built.
+$(B)/bench/entry_cost: bench/offload/entry_cost.c
+	@mkdir -p $(@D)
+	$(CC) $(WARN) $(CFLAGS) -o $@ $< -ldl
+all: $(B)/bench/entry_cost

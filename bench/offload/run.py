@@ -8,7 +8,8 @@ one run, side by side with numpy's own BLAS at the same thread count.
                                  [--reps R] [--suites numpy.linalg,scipy.linalg]
                                  [--suite-workers SUITE/MODE=N,...]
                                  [--sweep-sizes N,...] [--fresh-max N] [--warm-min N]
-                                 [--sweep-pairs K]
+                                 [--sweep-pairs K] [--sweep-mode pairs|inproc]
+                                 [--sweep-rounds R] [--sweep-rep-s S]
                                  [--max-call-s S]
 
 Sections (in this order; --sections picks some). Each selected section is
@@ -37,7 +38,9 @@ process's time limit is capped by it), and says what it skipped:
   sweep     never slower: gemm, solve, eigh, cholesky, mixed; 16 .. 16384;
             paired, alternating repetitions judged on the median of the
             paired ratios (sweep.py, verdict.judge): fresh process pairs up
-            to --fresh-max, warm pairs (two long-lived processes) from 256
+            to --fresh-max, warm pairs (two long-lived processes) from 256;
+            --sweep-mode inproc: one process a point, the offloader paused
+            and active in turn (inproc.py, verdict.judge_inproc)
   suites    numpy.linalg and scipy.linalg's own tests: plain, forced (every
             GPU-capable call offloaded), default level, all at once with
             xdist workers shared out over the cores, one time limit
@@ -117,6 +120,13 @@ def main():
     ap.add_argument("--sweep-pairs", type=int,
                     help="process pairs for every fresh point of the sweep (default 3, up to 15 "
                     "more where unclear)")
+    ap.add_argument("--sweep-mode", choices=("pairs", "inproc"), default="pairs",
+                    help="the sweep's method: process pairs (default), or in one process a "
+                    "point, paused against active (gpu_offload_pause)")
+    ap.add_argument("--sweep-rounds", type=int,
+                    help="inproc: the most rounds a point (default 15; quick 3)")
+    ap.add_argument("--sweep-rep-s", type=float,
+                    help="inproc: seconds of paused calls a rep (default 0.05; quick 0.01)")
     ap.add_argument("--warm-min", type=int,
                     help="the smallest size of the sweep's warm points (default 256): below, "
                     "only fresh process pairs")
@@ -152,6 +162,8 @@ def main():
     c.max_call_s = a.max_call_s
     c.warm_min = a.warm_min
     c.sweep_pairs = a.sweep_pairs
+    c.sweep_mode = a.sweep_mode
+    c.sweep_rounds, c.sweep_rep_s = a.sweep_rounds, a.sweep_rep_s
     c.turn_gap_s = a.turn_gap_s if a.turn_gap_s is not None else 0.0 if quick else 0.2
     c.suite_mods = [m for m in a.suites.split(",") if m]
     c.suite_workers = workers
@@ -174,7 +186,7 @@ def main():
     c.threads = str(len(os.sched_getaffinity(0)))
     c.res = {"mode": "quick" if quick else "smoke" if c.smoke else "full", "gpu": gpu,
              "backend": c.backend, "threads": int(c.threads),
-             "budget_s": c.budget.total, "reps": c.reps,
+             "budget_s": c.budget.total, "reps": c.reps, "sweep_mode": c.sweep_mode,
              "started": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())}
     c.md = []
     missing = [p for p in (c.cli, c.lib, c.backend) if not os.path.exists(p)]

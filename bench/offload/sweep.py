@@ -1,6 +1,8 @@
 """The never-slower sweep of the gpu-offload benchmark (run.py): at every
 size, the time under `gpu-offload run` (default level) against numpy's
-own, judged on many PAIRED repetitions (verdict.judge).
+own, judged on many PAIRED repetitions (verdict.judge). This is the pair
+mode (--sweep-mode pairs, the default); --sweep-mode inproc compares
+within one process instead (inproc.py).
 
 Two kinds of point, each a sequence of pairs (one CPU measurement and
 one offloaded measurement of the same work, taken one right after the
@@ -316,6 +318,9 @@ def plan(c):
 
 
 def sec_sweep(c):
+    if getattr(c, "sweep_mode", "pairs") == "inproc":
+        from inproc import sec_sweep_inproc     # (it imports this module)
+        return sec_sweep_inproc(c)
     secs = 0.02 if c.quick else 0.15
     turn_s = 0.01 if c.quick else 0.2
     warm_s = 0.0 if c.quick else 1.0

@@ -42,7 +42,7 @@ def judge(cpu, off, limit=LIMIT, exclude=()):
     ok_pair = [(i, c, o) for i, (c, o) in enumerate(zip(cpu, off))
                if c and o and c > 0 and o > 0]
     if not ok_pair:
-        return {"k": 0, "verdict": "error", "clear": False}
+        return {"k": 0, "verdict": "error", "clear": False, "mode": "pairs"}
     pairs = [(c, o) for _, c, o in ok_pair]
     keep = [(c, o) for i, c, o in ok_pair if i not in set(exclude)] or pairs
     r = [o / c for c, o in keep]
@@ -59,7 +59,45 @@ def judge(cpu, off, limit=LIMIT, exclude=()):
             "median": med, "q1": q1, "q3": q3, "lo": min(r), "hi": max(r),
             "minmin": minmin,
             "total": sum(o for _, o in pairs) / sum(c for c, _ in pairs),
-            "verdict": "ok" if ok else "slower", "clear": clear}
+            "verdict": "ok" if ok else "slower", "clear": clear, "mode": "pairs"}
+
+
+def judge_inproc(paused, active, bound=0.0, limit=LIMIT, exclude=()):
+    """The verdict on one point of the in-process sweep: paused[i] and
+    active[i] are the same reps of one process, timed with the offloader
+    paused (the CPU library's calls) and active, round i, in ABBA order,
+    so that no per-process state enters their ratio. Rounds in `exclude`
+    (the GPU started in that active rep) are left out but kept in
+    `total`. `bound`: the relative cost of the wrapper's entry still in
+    the paused side (calls a rep x the measured cost of a paused call,
+    over the paused rep's time): paused can be at most that much slower
+    than the CPU library with no offloader loaded.
+
+    The statistic is ratio = median(active) / median(paused); the spread
+    is the per-round ratios' quartiles and extremes. The claim is on the
+    CPU WITHOUT the library, so the verdict is "ok" when ratio x (1 +
+    bound) ("bounded") is within `limit`, else "slower"; CLEAR as in
+    judge(): at least MIN_CLEAR rounds and the quartiles, scaled the same
+    way, on one side of the limit (or every ratio far from it). "mode":
+    "inproc" (judge()'s results say "pairs")."""
+    ok_r = [(i, p, a) for i, (p, a) in enumerate(zip(paused, active))
+            if p and a and p > 0 and a > 0]
+    if not ok_r:
+        return {"k": 0, "verdict": "error", "clear": False, "mode": "inproc"}
+    keep = [(p, a) for i, p, a in ok_r if i not in set(exclude)] or [(p, a) for _, p, a in ok_r]
+    r = [a / p for p, a in keep]
+    ratio = quantile([a for _, a in keep], 0.5) / quantile([p for p, _ in keep], 0.5)
+    f = 1.0 + max(0.0, bound or 0.0)
+    q1, q3 = quantile(r, 0.25), quantile(r, 0.75)
+    bounded = ratio * f
+    ok = bounded <= limit
+    clear = len(r) >= MIN_CLEAR and (q3 * f <= limit if ok else q1 > limit)
+    clear = clear or all(x * f <= limit * FAR[0] for x in r) or all(x >= limit * FAR[1] for x in r)
+    return {"k": len(r), "excluded": len(ok_r) - len(keep), "ratios": r,
+            "median": ratio, "ratio": ratio, "bound": bound or 0.0, "bounded": bounded,
+            "q1": q1, "q3": q3, "lo": min(r), "hi": max(r),
+            "total": sum(a for _, _, a in ok_r) / sum(p for _, p, _ in ok_r),
+            "verdict": "ok" if ok else "slower", "clear": clear, "mode": "inproc"}
 
 
 def label(j):

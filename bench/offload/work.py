@@ -7,6 +7,7 @@
     work.py --ops OP:N --serve                        (calls on request)
     work.py --ops OP:N --until-gpu M [--until-gpu-s S] [--warmup W] [--reps R]
     work.py ... --hold                                (then wait for EOF)
+    work.py --ops OP:N --inproc R [--rep-s S] [--warm-s W] (paused/active)
 
 Runs under whatever python has numpy (plain, under `gpu-offload run`, with
 NVBLAS preloaded: the caller decides) and prints ONE JSON line on stdout:
@@ -30,6 +31,19 @@ GPU started in it: the ski-rental rule keeps the first calls of a
 program on the CPU), at most M calls or S seconds, each timed ("pre":
 the times, "started", "calls_before": the calls before the one that
 started it); then the warm-up and timed calls as usual.
+
+--inproc R (one OP:N, under `gpu-offload run`): the in-process
+comparison of the never-slower sweep. Warm-up: calls with the offloader
+active until the GPU started in one (the backend mapped after it) or W
+seconds passed (at least one call); then, paused (gpu_offload_pause
+through ctypes), calls until a rep of `count` calls takes about S
+seconds (or --count C calls a rep); then R rounds, each one rep paused
+and one active (the same
+`count` calls), in ABBA order (paused first in even rounds): "inproc":
+the reps' seconds, which side ran first, after which active rep the GPU
+was first seen started, and the calls made in each phase, so that the
+summary's counts can be divided out. Without the switch (the library not
+loaded) both sides are the same plain calls, and "switch" says so.
 
 OPs: dgemm sgemm (A @ B), solve (A X = B, B n x n), eigh, svd (full
 matrices: gesdd), cholesky, dgemm32 (the Fortran dgemm_ with 32-bit
@@ -139,6 +153,76 @@ def maps():
 DGEMM32 = None
 
 
+def _switch():
+    """libgpuoffload.so's gpu_offload_pause when loaded, else None."""
+    try:
+        f = ctypes.CDLL(None).gpu_offload_pause
+    except AttributeError:
+        return None
+    f.argtypes, f.restype = [ctypes.c_int], ctypes.c_int
+    return f
+
+
+def inproc(op, x, rounds, rep_s, warm_s, count=None):
+    """--inproc: warm-up, the count, then `rounds` ABBA rounds of one
+    paused and one active rep (module docstring)."""
+    sw = _switch()
+
+    def pause(on):
+        if sw:
+            sw(1 if on else 0)
+
+    def rep(count):
+        t = time.perf_counter()
+        for _ in range(count):
+            call(op, x)
+        return time.perf_counter() - t
+
+    # Warm-up, active: until the GPU started or warm_s passed. The maps
+    # are read at most every 10 ms (a read costs more than a small call).
+    pause(False)
+    t0 = time.perf_counter()
+    warm, gpu, seen = 0, False, t0
+    while True:
+        call(op, x)
+        warm += 1
+        now = time.perf_counter()
+        if now - seen >= 0.01 or now - t0 >= warm_s:
+            seen = now
+            gpu = bool(maps().get("backend"))
+        if gpu or now - t0 >= warm_s:
+            break
+    warm_t = time.perf_counter() - t0
+    # The count (unless given), paused: calls until they fill a quarter
+    # of rep_s.
+    pause(True)
+    calib = 0
+    if not count:
+        calib, t = 1, rep(1)
+        while t < rep_s / 4:
+            more = calib
+            t += rep(more)
+            calib += more
+        count = max(1, int(round(rep_s / (t / calib))))
+    out = {"switch": sw is not None, "count": count, "warm_calls": warm,
+           "warm_s": warm_t, "gpu_after_warm": gpu, "calib_calls": calib,
+           "paused": [], "active": [], "first": [], "gpu_round": None}
+    for r in range(rounds):
+        order = ("paused", "active") if r % 2 == 0 else ("active", "paused")
+        for side in order:
+            pause(side == "paused")
+            out[side].append(rep(count))
+            if side == "active" and not gpu and out["gpu_round"] is None:
+                gpu = bool(maps().get("backend"))
+                if gpu:
+                    out["gpu_round"] = r
+        out["first"].append(order[0])
+    pause(False)
+    out["paused_calls"] = calib + rounds * count
+    out["active_calls"] = warm + rounds * count
+    return out
+
+
 def serve(op, x):
     """Calls on request (--serve): one stdin line C, C calls, one JSON
     line back; returns the calls made when stdin ends."""
@@ -185,6 +269,9 @@ def main():
     ap.add_argument("--serve", action="store_true")
     ap.add_argument("--until-gpu", type=int)
     ap.add_argument("--until-gpu-s", type=float, default=60.0)
+    ap.add_argument("--inproc", type=int)
+    ap.add_argument("--rep-s", type=float, default=0.05)
+    ap.add_argument("--warm-s", type=float, default=1.0)
     a = ap.parse_args()
     specs = []
     for s in a.ops.split(","):
@@ -199,7 +286,9 @@ def main():
     for op, n in specs:
         x = inputs(op, n)
         r = {"op": op, "n": n}
-        if a.serve:
+        if a.inproc:
+            r["inproc"] = inproc(op, x, a.inproc, a.rep_s, a.warm_s, a.count)
+        elif a.serve:
             r["count"] = serve(op, x)
         elif a.until_eof:
             # Busy until the harness closes stdin; says once when the

@@ -18,7 +18,8 @@
 
 __thread struct gpo_tls gpo_tls __attribute__((tls_model("initial-exec")));
 uint64_t gpo_count_total[GPO_R_MAX];
-unsigned gpo_fast_word;
+/* Shut until the configuration is read and the policy initialised. */
+unsigned gpo_fast_word = GPO_FAST_CONFIG | GPO_FAST_POLICY;
 
 static pthread_once_t gpo__once = PTHREAD_ONCE_INIT;
 static pthread_key_t gpo__key;

@@ -62,29 +62,46 @@ static inline void gpo_count(struct gpo_tls *t, unsigned reason)
 }
 
 /*
- * The light path's gate: GPO_FAST_ON when nothing makes a small or
- * nested call more than a count and the CPU library's call: the
- * frontend's configuration read (not a secure-execution process, the
- * threshold not 0: GPO_FAST_CONFIG, set by the frontend) and the policy
- * initialised with no trace running (GPO_FAST_POLICY, set by the policy
- * at its initialisation, or when trace writing stopped). Bits are only
- * ever set, each once the state it stands for holds for good; the
- * per-call conditions (the thread inside the backend, the size) are the
- * caller's.
+ * The light path's gate: one word, read once per call (a plain load on
+ * x86), whose bits are what keeps the light path SHUT; 0: nothing does,
+ * nothing makes a small or nested call more than a count and the CPU
+ * library's call. Two bits stand for states that hold for good once
+ * reached, and are only ever cleared: the frontend's configuration read
+ * (not a secure-execution process, the threshold not 0: GPO_FAST_CONFIG,
+ * cleared by the frontend) and the policy initialised with no trace
+ * running (GPO_FAST_POLICY, cleared by the policy at its initialisation,
+ * or when trace writing stopped). The third, GPO_FAST_PAUSED, comes and
+ * goes (gpu_offload_pause, pause.c): while it is set every call the
+ * wrapper makes is the CPU library's, counted GPO_R_PAUSED (top level)
+ * or GPO_R_NESTED (inside another wrapper). The per-call conditions (the
+ * thread inside the backend, the size) are the caller's. Shut bits
+ * rather than open ones so that each of the light path's tests is one
+ * instruction: word == 0 (active), word & GPO_FAST_SHUT == 0 (nested,
+ * paused or not), word == GPO_FAST_PAUSED (paused).
  */
 #define GPO_FAST_CONFIG 1u
 #define GPO_FAST_POLICY 2u
-#define GPO_FAST_ON (GPO_FAST_CONFIG | GPO_FAST_POLICY)
+#define GPO_FAST_SHUT (GPO_FAST_CONFIG | GPO_FAST_POLICY)
+#define GPO_FAST_PAUSED 4u
 extern unsigned gpo_fast_word GPO_COUNT_HIDDEN;
 
+/* The state `bit` (GPO_FAST_CONFIG or GPO_FAST_POLICY) stands for holds
+ * now, for good. */
 static inline void gpo_fast_allow(unsigned bit)
 {
-	__atomic_fetch_or(&gpo_fast_word, bit, __ATOMIC_RELEASE);
+	__atomic_fetch_and(&gpo_fast_word, ~bit, __ATOMIC_RELEASE);
 }
 
-static inline int gpo_fast_on(void)
+/* The gate word, for one call's tests (above). */
+static inline unsigned gpo_fast_gate(void)
 {
-	return __atomic_load_n(&gpo_fast_word, __ATOMIC_ACQUIRE) == GPO_FAST_ON;
+	return __atomic_load_n(&gpo_fast_word, __ATOMIC_ACQUIRE);
+}
+
+/* Paused now (gpu_offload_pause): the full path's test. */
+static inline int gpo_paused(void)
+{
+	return (gpo_fast_gate() & GPO_FAST_PAUSED) != 0;
 }
 
 #endif

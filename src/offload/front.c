@@ -164,6 +164,12 @@ void *gpo_begin(struct gpo_fn *fn, struct gpo_ctx *x, const void *site)
 		x->state = GPO_ST_PASS;
 	} else if (gpo_tls.depth++ > 0) {
 		x->state = GPO_ST_NESTED;
+	} else if (gpo_paused()) {
+		/* The CPU library's call, nothing else (pause.c). The
+		 * configuration is read here too, so that the light path
+		 * can take the next paused calls. */
+		x->state = GPO_ST_PAUSED;
+		gpo__config();
 	} else {
 		/* Field by field, not memset: this is every call's path, and a
 		 * memset of the whole context costs more than all the rest
@@ -382,8 +388,15 @@ void gpo_end(struct gpo_fn *fn, struct gpo_ctx *x)
 	} else if (x->state == GPO_ST_NESTED && !gpo_policy_tracing()) {
 		/* Only counted (a CPU LAPACK's own BLAS calls: many). */
 		gpo_policy_count(GPO_R_NESTED);
-	} else if (x->state == GPO_ST_NESTED) {
-		struct gpo_decision d = { GPO_CPU, GPO_R_NESTED, 0, 0 };
+	} else if (x->state == GPO_ST_PAUSED && !gpo_policy_tracing()) {
+		gpo_policy_count(GPO_R_PAUSED);
+	} else if (x->state == GPO_ST_NESTED || x->state == GPO_ST_PAUSED) {
+		/* The policy's first sight of the process (it initialises:
+		 * the summary, the light path's gate) or a traced call: the
+		 * record has what the wrapper knows without its arguments. */
+		struct gpo_decision d = {
+			GPO_CPU, x->state == GPO_ST_NESTED ? GPO_R_NESTED :
+			GPO_R_PAUSED, 0, 0 };
 		memset(&x->c, 0, sizeof x->c);
 		x->c.op = fn->op;
 		x->c.prec = fn->prec;

@@ -3,7 +3,9 @@
  * from tools/gen_offload.py) and the frontend's files share.
  *
  * A wrapper's life (each first tries the light path, below): gpo_begin()
- * (depth counter, the real function for this call site) -> if the call is not nested, the wrapper copies its arguments
+ * (depth counter, the real function for this call site; paused: the CPU
+ * library's call alone) -> if the call is neither nested nor paused, the
+ * wrapper copies its arguments
  * into x.a and calls gpo_run() (size threshold, workspace queries, the
  * policy, the GPU path; a ?copy wrapper then offers the call to the CPU
  * copy engine, gpo_copy_call) -> unless the GPU did the call
@@ -101,6 +103,8 @@ enum gpo_state {
 	                         * the backend's start/stop/memory: straight
 	                         * through, not observed */
 	GPO_ST_COPIED,          /* the CPU copy engine did a ?copy call */
+	GPO_ST_PAUSED,          /* paused (pause.c): straight through,
+	                         * counted GPO_R_PAUSED */
 };
 
 struct gpo_ctx {
@@ -120,7 +124,7 @@ struct gpo_ctx {
 /*
  * The light path, inlined into every wrapper (tools/gen_offload.py): a
  * call that would do nothing but be counted and run the CPU library, when
- * the gate is open (gpo_fast_on(), count.h: configuration read, policy
+ * the gate is open (gpo_fast_gate() == 0, count.h: configuration read, policy
  * initialised, no trace, not a secure-execution process, a nonzero
  * threshold), the thread is not inside the backend (gpo_tls.quiet), no
  * fold of its counts is due (gpo_tls.left) and the call site's real
@@ -135,6 +139,11 @@ struct gpo_ctx {
  *     maps first); for level 1/2 the table's flops as this path always
  *     had them, and a ?copy also below the copy engine's size
  *     (gpo_fast_copy_min). The depth is raised around the real call.
+ * While paused (gpu_offload_pause, pause.c: the gate's GPO_FAST_PAUSED,
+ * the other bits clear), a nested call takes the nested path above, and
+ * any other call, whatever its size, is counted GPO_R_PAUSED and runs
+ * the CPU library with the depth raised (so that a resume meanwhile
+ * leaves its own calls nested: it finishes as it began).
  * errno is the real function's. Anything else is the full path (gpo_begin
  * ...), which counts these calls the same way and does more for the rest.
  */

@@ -42,7 +42,7 @@ all: offload
 
 # One rule makes all five files (a stamp, so that make runs it once).
 $(OFL_GEN_OUT): $(OFL_GEN)/.stamp
-$(OFL_GEN)/.stamp: tools/gen_offload.py
+$(OFL_GEN)/.stamp: tools/gen_offload.py src/offload/exports.list
 	@mkdir -p $(OFL_GEN)
 	$(PYTHON) tools/gen_offload.py $(OFL_GEN)
 	@touch $@
@@ -110,15 +110,17 @@ $(OFL_T)/libbadabi.so: $(OFL_BE_SRC) $(OFL_BE_HDR)
 $(B)/bench/offload_small: bench/offload_small.c
 	@mkdir -p $(@D)
 	$(CC) $(WARN) $(CFLAGS) -DHAVE_LAPACK -o $@ $< -Wl,--no-as-needed \
-	    -l:liblapack.so.3 -l:libblas.so.3 -lm 2>/dev/null || \
-	$(CC) $(WARN) $(CFLAGS) -o $@ $< -Wl,--no-as-needed -l:libblas.so.3
+	    -l:liblapack.so.3 -l:libblas.so.3 -lm -ldl 2>/dev/null || \
+	$(CC) $(WARN) $(CFLAGS) -o $@ $< -Wl,--no-as-needed -l:libblas.so.3 -ldl
 
 # BENCH_OFFLOAD_BASE=PATH (another build of the library, e.g. main's)
-# adds its column: before and after in one run.
+# adds its column: before and after in one run. The last lines: the same
+# calls with the offloader paused (gpu_offload_pause).
 bench-offload-small: $(OFL_LIB)
 	@if $(MAKE) -s $(B)/bench/offload_small >/dev/null 2>&1; then \
 	    $(B)/bench/offload_small > $(B)/bench/offload_small.plain && \
 	    LD_PRELOAD=$(abspath $(OFL_LIB)) $(B)/bench/offload_small > $(B)/bench/offload_small.preloaded && \
+	    LD_PRELOAD=$(abspath $(OFL_LIB)) BENCH_OFFLOAD_PAUSE=1 $(B)/bench/offload_small > $(B)/bench/offload_small.paused && \
 	    if [ -n "$(BENCH_OFFLOAD_BASE)" ]; then \
 	    LD_PRELOAD=$(abspath $(BENCH_OFFLOAD_BASE)) $(B)/bench/offload_small > $(B)/bench/offload_small.base && \
 	    paste $(B)/bench/offload_small.plain $(B)/bench/offload_small.base $(B)/bench/offload_small.preloaded | \
@@ -126,10 +128,13 @@ bench-offload-small: $(OFL_LIB)
 	    else \
 	    paste $(B)/bench/offload_small.plain $(B)/bench/offload_small.preloaded | \
 	    awk '{ printf "%-16s without %6.1f ns, with libgpuoffload.so %6.1f ns: +%.1f ns per call\n", $$1, $$2, $$4, $$4 - $$2 }'; fi; \
+	    paste $(B)/bench/offload_small.plain $(B)/bench/offload_small.paused | \
+	    awk '{ printf "%-16s without %6.1f ns, paused %6.1f ns: +%.1f ns per call\n", $$1, $$2, $$4, $$4 - $$2 }'; \
 	else echo "bench-offload: the small-call part skipped: bench/offload_small.c does not link (no libblas.so.3)"; fi
 
 # ---- Lint: cppcheck on the frontend's files (part of `make lint`) ----------
 OFL_FRONT_SRC := src/offload/front.c src/offload/resolve.c src/offload/gpu.c \
+                 src/offload/pause.c \
                  src/offload/verify.c
 .PHONY: lint-offload
 lint: lint-offload

@@ -588,11 +588,13 @@ void gpo_policy_observe(const struct gpo_call *c,
 	int saved = errno;
 	unsigned r = d->reason;
 	/* The frontend's own verdicts (below the size threshold, nested,
-	 * workspace queries, measured-only or unsupported calls): the policy
+	 * workspace queries, measured-only or unsupported calls, calls made
+	 * while paused): the policy
 	 * was not asked, and learns nothing from them. */
 	int own = r == GPO_R_SMALL || r == GPO_R_NESTED ||
 		  r == GPO_R_WORKSPACE || r == GPO_R_MEASURED ||
-		  r == GPO_R_UNSUPPORTED || r == GPO_R_COPY_ENGINE;
+		  r == GPO_R_UNSUPPORTED || r == GPO_R_COPY_ENGINE ||
+		  r == GPO_R_PAUSED;
 
 	if (own && device == GPO_CPU &&
 	    __atomic_load_n(&gpo__p.inited, __ATOMIC_ACQUIRE)) {

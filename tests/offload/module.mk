@@ -6,7 +6,7 @@ OFL_TCC = $(CC) $(WARN) $(CFLAGS) -Wno-strict-prototypes
 OFL_TESTS := $(OFL_T)/opcheck $(OFL_T)/libbadabi.so $(OFL_T)/forkcheck \
              $(OFL_T)/securecheck $(OFL_T)/threadcheck $(OFL_T)/sitecheck \
              $(OFL_T)/forkrace $(OFL_T)/countcheck \
-             $(OFL_T)/libdlcount.so
+             $(OFL_T)/libdlcount.so $(OFL_T)/pausecheck
 
 $(OFL_T)/opcheck: $(OFL_TSRC)/opcheck.c $(OFL_TSRC)/opcheck_lapack.c $(OFL_TSRC)/opcheck.h
 	@mkdir -p $(@D)
@@ -33,6 +33,36 @@ $(OFL_T)/libcountlib.so: $(OFL_TSRC)/countlib.c
 $(OFL_T)/countcheck: $(OFL_TSRC)/countcheck.c $(OFL_T)/libcountlib.so
 	$(OFL_TCC) -pthread -o $@ $< -L$(OFL_T) -lcountlib \
 	    -Wl,-rpath,'$$ORIGIN' -Wl,--no-as-needed -l:libblas.so.3
+
+# pausecheck's CPU library is libpauselib.so (counts the calls reaching it).
+$(OFL_T)/libpauselib.so: $(OFL_TSRC)/pauselib.c
+	@mkdir -p $(@D)
+	$(OFL_TCC) -fPIC -shared -Wl,-soname,$(@F) -o $@ $<
+$(OFL_T)/pausecheck: $(OFL_TSRC)/pausecheck.c $(OFL_T)/libpauselib.so
+	$(OFL_TCC) -pthread -o $@ $< -L$(OFL_T) -lpauselib \
+	    -Wl,-rpath,'$$ORIGIN' -ldl
+
+# The whole library built with ThreadSanitizer straight from its sources
+# (the copy engine and the lease core included), and pausecheck built so
+# too, so that libtsan is loaded first (the library's __tsan_ calls bind
+# to it): test_offload_pause.py runs pausecheck's cases under it. Not in
+# offload-tests (the generated wrappers take long to build so): the test
+# builds `offload-tsan-tests`.
+OFL_TSAN_SRC = $(OFL_SRC) $(wildcard src/offload/pcopy/*.c) $(OFL_GEN)/wrappers.c \
+               $(OFL_GEN)/ops.c $(LEASE_SRC)
+.PHONY: offload-tsan-tests
+offload-tsan-tests: $(OFL_T)/tsan/libgpuoffload.so $(OFL_T)/tsan/pausecheck
+$(OFL_T)/tsan/libgpuoffload.so: $(OFL_TSAN_SRC) $(OFL_HDR) $(LEASE_HDR) \
+                                $(wildcard src/offload/pcopy/*.h) $(OFL_GEN)/exports.map
+	@mkdir -p $(@D)
+	$(CC) $(WARN) -O1 -g -fsanitize=thread -fPIC -shared -fvisibility=hidden \
+	    -include src/offload/compat.h -Isrc/offload -I$(OFL_GEN) -Isrc/lease \
+	    -Wl,--version-script=$(OFL_GEN)/exports.map -o $@ $(OFL_TSAN_SRC) \
+	    -ldl -lpthread
+$(OFL_T)/tsan/pausecheck: $(OFL_TSRC)/pausecheck.c $(OFL_T)/libpauselib.so
+	@mkdir -p $(@D)
+	$(OFL_TCC) -O1 -fsanitize=thread -pthread -o $@ $< -L$(OFL_T) -lpauselib \
+	    -Wl,-rpath,'$$ORIGIN/..' -ldl
 
 $(OFL_T)/sitecheck: $(OFL_TSRC)/sitecheck.c
 	@mkdir -p $(@D)

@@ -446,3 +446,4 @@ def test_sweep_plan_keeps_to_its_budget(monkeypatch):
     assert clock[0] <= 300, clock[0]
     fresh = [p for p in c.res["sweep"]["points"] if p["kind"] == "fresh"]
     assert len(fresh) == 13 and all(p["judge"]["k"] >= 12 for p in fresh), fresh
+

@@ -1,6 +1,7 @@
 """libgpuoffload.so's exports and load gate: exactly the generated names
 (every operation of the table, in its precisions, Fortran and CBLAS, in
-the three naming schemes), glibc 2.17, libc/libdl only."""
+the three naming schemes) and the library's own (src/offload/
+exports.list: the pause switch), glibc 2.17, libc/libdl only."""
 import shutil
 import subprocess
 
@@ -27,13 +28,14 @@ def test_gate_passes_with_the_generated_list():
     p = subprocess.run(["bash", str(F.REPO / "tools" / "gate.sh"), str(F.LIB), str(lst)],
                        capture_output=True, text=True)
     assert p.returncode == 0, p.stderr
-    assert "the 528 names of" in p.stdout
+    assert "the 529 names of" in p.stdout
+    assert "gpu_offload_pause" in lst.read_text().split()
 
 
 def test_every_name_of_every_scheme_is_exported():
     F.build()
     got = exports()
-    assert len(got) == 528
+    assert len(got) == 529 and "gpu_offload_pause" in got
     for base in ("dgemm", "zherk", "ctrsm", "sgemv", "daxpy"):
         for name in (f"{base}_", f"cblas_{base}", f"scipy_{base}_",
                      f"scipy_cblas_{base}", f"scipy_{base}_64_", f"scipy_cblas_{base}64_"):

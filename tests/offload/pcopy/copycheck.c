@@ -17,6 +17,10 @@
  *   tasks    threads in the process before and after calls that do not
  *            qualify, and after one that does
  *   idle     the workers: every signal blocked, asleep once idle
+ *   paused   exact with the offloader paused (gpu_offload_pause, by
+ *            dlsym: "switch 0" when no loaded object has it), then the
+ *            threads in the process, then resumed: one big copy more and
+ *            whether the CPU library did it
  *
  * Prints "key value" lines; exits 0 unless it could not run (2).
  */
@@ -350,6 +354,32 @@ static int mode_tasks(void)
 	return 0;
 }
 
+/* exact, paused: no call for the engine (every one reaches the CPU
+ * library) and no worker started; resumed, the engine copies again. */
+static int mode_paused(void)
+{
+	int (*sw)(int) = (int (*)(int))dlsym(RTLD_DEFAULT, "gpu_offload_pause");
+	struct big b;
+	long before;
+	int t0 = ntasks(), ok;
+
+	printf("switch %d was %d\n", sw != NULL, sw ? sw(1) : 0);
+	mode_exact();
+	printf("paused tasks start %d end %d\n", t0, ntasks());
+	big_init(&b);
+	before = fcopy_calls;
+	ok = big_copy(&b, 1);
+	if (sw)
+		sw(0);
+	printf("paused big copies-right %d reached-cpu-library %ld\n", ok,
+	       fcopy_calls - before);
+	before = fcopy_calls;
+	ok = big_copy(&b, 1);
+	printf("resumed big copies-right %d reached-cpu-library %ld tasks %d\n",
+	       ok, fcopy_calls - before, ntasks());
+	return 0;
+}
+
 /* /proc/self/task/TID/status: the thread's state letter and blocked set. */
 static int task_status(const char *tid, char *state, unsigned long long *blk)
 {
@@ -432,6 +462,8 @@ int main(int argc, char **argv)
 		return mode_tasks();
 	if (!strcmp(m, "idle"))
 		return mode_idle();
-	fprintf(stderr, "usage: copycheck exact|threads|fork|errno|tasks|idle\n");
+	if (!strcmp(m, "paused"))
+		return mode_paused();
+	fprintf(stderr, "usage: copycheck exact|threads|fork|errno|tasks|idle|paused\n");
 	return 2;
 }
