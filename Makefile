@@ -87,6 +87,14 @@ $(B)/tests/%: tests/lease/%.c $(B)/liblease.a $(LEASE_HDR) tests/lease/testjourn
 	@mkdir -p $(dir $@)
 	$(CC) $(WARN) $(CFLAGS) -pthread -Isrc/lease -o $@ $< $(B)/liblease.a
 
+# The core's unit tests: the checks and lease tests, the parsing tests and
+# the lock directory's (lease-unit.h is what they share).
+LEASE_UNIT_SRC := tests/lease/lease-unit.c tests/lease/unit-parse.c \
+                  tests/lease/unit-lockdir.c
+$(B)/tests/lease-unit: $(LEASE_UNIT_SRC) tests/lease/lease-unit.h $(B)/liblease.a $(LEASE_HDR)
+	@mkdir -p $(dir $@)
+	$(CC) $(WARN) $(CFLAGS) -pthread -Isrc/lease -o $@ $(LEASE_UNIT_SRC) $(B)/liblease.a
+
 # The crash-sweep shim (LD_PRELOAD; tests/test_crash_sweep.py).
 $(B)/tests/crashshim.so: tests/stress/crashshim.c
 	@mkdir -p $(dir $@)
@@ -95,6 +103,10 @@ $(B)/tests/crashshim.so: tests/stress/crashshim.c
 $(B)/tests/%-san: tests/lease/%.c $(B)/liblease-san.a $(LEASE_HDR) tests/lease/testjournal.h
 	@mkdir -p $(dir $@)
 	$(CC) $(WARN) $(SAN_FLAGS) -pthread -Isrc/lease -o $@ $< $(B)/liblease-san.a
+
+$(B)/tests/lease-unit-san: $(LEASE_UNIT_SRC) tests/lease/lease-unit.h $(B)/liblease-san.a $(LEASE_HDR)
+	@mkdir -p $(dir $@)
+	$(CC) $(WARN) $(SAN_FLAGS) -pthread -Isrc/lease -o $@ $(LEASE_UNIT_SRC) $(B)/liblease-san.a
 
 # Makefile fragments of the other modules (each defines its own targets).
 -include tests/fakecuda/module.mk

@@ -15,8 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from test_preload import (LIB, T, TIMEOUT, Holder, built, env, journal,  # noqa: F401
-                          kv, make, run, wrapped_names)
+from conftest import wrapped_names
+from preloadlib import LIB, T, TIMEOUT, Holder, journal, kv, run
+from preloadlib import built, env  # noqa: F401 (fixtures)
 
 REPO = Path(__file__).resolve().parent.parent
 PROBE = T / "lazyprobe"

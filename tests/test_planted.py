@@ -146,7 +146,7 @@ def test_planted_ticket_is_skipped(built, shared, kind, owner_in_name,
 def test_planted_ticket_alive_is_waited_for(built, shared):
     """A ticket that is a 0644 FIFO of the user its name says, and locked,
     is a live waiter (whoever made it): it is not skipped."""
-    import test_lease_adversarial as adv
+    import leaseadv as adv
     subprocess.run(["make", "-C", os.path.dirname(BUILD), "-s",
                     "build/tests/adversary"], check=True)
     lockdir, journal = os.path.join(shared, "locks"), os.path.join(

@@ -32,7 +32,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "ops.h" /* GPO_OP_* (generated from tools/gen_offload.py's table) */
+#include "ops.h" /* GPO_OP_* (generated from tools/offload_ops.py's table) */
 
 /* Bump when anything below changes incompatibly. 2: to_host takes flags
  * (GPO_BE_STAGE), commit and discard. */

@@ -8,7 +8,8 @@
 # Targets:
 #   offload                   $(B)/libgpuoffload.so (gated) and
 #                             $(B)/libgpuoffload-test.so
-#   $(B)/offload/gen/         the generator's output (tools/gen_offload.py):
+#   $(B)/offload/gen/         the generator's output (tools/gen_offload.py
+#                             from the table of tools/offload_ops.py):
 #                             wrappers.c, ops.c, ops.h, exports.list/.map
 #   offload-tests             test programs in $(B)/tests/offload
 #   offload-gate              tools/gate.sh on the library as it is now
@@ -42,7 +43,7 @@ all: offload
 
 # One rule makes all five files (a stamp, so that make runs it once).
 $(OFL_GEN_OUT): $(OFL_GEN)/.stamp
-$(OFL_GEN)/.stamp: tools/gen_offload.py src/offload/exports.list
+$(OFL_GEN)/.stamp: tools/gen_offload.py tools/offload_ops.py src/offload/exports.list
 	@mkdir -p $(OFL_GEN)
 	$(PYTHON) tools/gen_offload.py $(OFL_GEN)
 	@touch $@
@@ -145,7 +146,7 @@ lint-offload: $(OFL_GEN)/ops.h
 	  tests/offload/sblas.c tests/offload/sclient.c tests/offload/sdriver.c \
 	  tests/offload/forkcheck.c tests/offload/securecheck.c \
 	  tests/offload/threadcheck.c bench/offload_small.c
-	$(PYTHON) -m py_compile tools/gen_offload.py
+	$(PYTHON) -m py_compile tools/gen_offload.py tools/offload_ops.py
 
 -include $(OFL_TSRC)/module.mk
 

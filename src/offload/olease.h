@@ -2,7 +2,7 @@
  * olease.h - gpu-offload's gpumutex lease: taken without waiting, given
  * back when another job waits (docs/offload.md, "Under gpumutex").
  *
- * Not thread-safe by itself: policy.c calls it under its lock.
+ * Not thread-safe by itself: the policy calls it under its lock (pstate.h).
  */
 #ifndef GPUOFFLOAD_OLEASE_H
 #define GPUOFFLOAD_OLEASE_H

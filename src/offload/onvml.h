@@ -6,7 +6,7 @@
  * NVML (libnvidia-ml.so.1, which comes with the driver) is dlopen()ed at
  * the first reading, never at load time and never linked; its few
  * functions are declared in onvml.c (a stable C ABI). Not thread-safe by
- * itself: policy.c calls it under its lock.
+ * itself: the policy calls it under its lock (pstate.h).
  */
 #ifndef GPUOFFLOAD_ONVML_H
 #define GPUOFFLOAD_ONVML_H

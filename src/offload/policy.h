@@ -3,8 +3,8 @@
  * BLAS/LAPACK wrappers, symbol resolution, the backend boundary, verify
  * mode: src/offload/ files other than those listed below) and the policy
  * (machine profile, cost model, levels, ski-rental start, learning, CPU
- * probes, gpumutex leases, traces, the exit summary: policy.c, model.c,
- * profile.c, trace.c, olease.c).
+ * probes, gpumutex leases, traces, the exit summary: policy.c, observe.c,
+ * pstate.c, count.c, model.c, profile.c, trace.c, olease.c, onvml.c).
  *
  * Prefixes: gpo_ is the module's internal API (hidden visibility, nothing
  * here is exported from libgpuoffload.so); gpo__ is private to one file.

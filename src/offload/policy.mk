@@ -11,17 +11,19 @@
 # Targets:
 #   $(B)/gpu-offload       the command (run, report, profile, calibrate)
 #   $(B)/gpu-offload-calib the calibration workload `calibrate` runs
-#                          (calib-workload.c, calib-canary.c)
+#                          (calib-workload.c, calib-call.c, calib-canary.c)
 #   policy-tests           $(B)/tests/offload/{model-unit,policy-driver,
 #                          policy-mt-tsan,calib-unit}
 #   lint-policy            cppcheck on the policy's files (part of `make lint`)
 
 POLICY_SAVED_GOAL := $(.DEFAULT_GOAL)
 
-POLICY_SRC  := src/offload/policy.c src/offload/count.c src/offload/model.c \
+POLICY_SRC  := src/offload/policy.c src/offload/observe.c \
+               src/offload/pstate.c src/offload/count.c src/offload/model.c \
                src/offload/profile.c src/offload/olease.c \
                src/offload/trace.c src/offload/onvml.c
-POLICY_HDR  := src/offload/policy.h src/offload/count.h src/offload/model.h \
+POLICY_HDR  := src/offload/policy.h src/offload/pstate.h \
+               src/offload/count.h src/offload/model.h \
                src/offload/profile.h src/offload/olease.h \
                src/offload/trace.h src/offload/tracew.h src/offload/onvml.h
 POLICY_OBJ  := $(patsubst src/offload/%.c,$(B)/offload-policy/%.o,$(POLICY_SRC))
@@ -29,7 +31,8 @@ POLICY_CC    = $(CC) $(WARN) $(FRAME_WARN) $(CFLAGS) -fPIC \
                -fvisibility=hidden -Isrc/lease -Isrc/offload
 GPO_CLI_SRC := $(wildcard src/offload/cli/*.c)
 GPO_CLI_HDR := $(wildcard src/offload/cli/*.h)
-GPO_CALIB_SRC := src/offload/cli/calib-workload.c src/offload/cli/calib-canary.c
+GPO_CALIB_SRC := src/offload/cli/calib-workload.c src/offload/cli/calib-call.c \
+                 src/offload/cli/calib-canary.c
 GPO_CLI_MAIN := $(filter-out $(GPO_CALIB_SRC),$(GPO_CLI_SRC))
 
 .PHONY: policy-tests
@@ -69,7 +72,8 @@ $(B)/gpu-offload: $(GPO_CLI_MAIN) $(GPO_CLI_HDR) $(POLICY_HDR) \
 
 # Finds the BLAS and LAPACK at run time (dlopen, RTLD_GLOBAL): the build
 # needs no BLAS, and calls go through a preloaded libgpuoffload.so.
-$(B)/gpu-offload-calib: $(GPO_CALIB_SRC) src/offload/cli/calib-canary.h
+$(B)/gpu-offload-calib: $(GPO_CALIB_SRC) src/offload/cli/calib-canary.h \
+		src/offload/cli/calib-work.h
 	@mkdir -p $(@D)
 	$(CC) $(WARN) $(CFLAGS) -Isrc/offload/cli -o $@ $(GPO_CALIB_SRC) -ldl
 

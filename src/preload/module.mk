@@ -1,5 +1,5 @@
 # src/preload/module.mk - the preload library, gpumutex-run, and the helper
-# programs of tests/test_preload*.py.
+# programs of tests/test_preload*.py and tests/test_gpumutex_run.py.
 #
 # Included by the top-level Makefile (`-include src/preload/module.mk`),
 # which defines CC, WARN, CFLAGS, B, LEASE_HDR and builds $(B)/liblease.a.
@@ -191,24 +191,22 @@ $(PRELOAD_T)/libgilhold.so: $(PRELOAD_TSRC)/gilhold.c
 
 # The fake driver again, with its names under a symbol version, so that
 # dlvsym(h, "cuInit", "CUDA_TEST_1") can find the driver's cuInit.
-$(PRELOAD_T)/vcuda/libcuda.so.1: $(PRELOAD_FAKE)/fakecuda.o \
-                                 $(PRELOAD_FAKE)/stubs.o \
+$(PRELOAD_T)/vcuda/libcuda.so.1: $(FAKECUDA_OBJS) \
                                  $(PRELOAD_TSRC)/vcuda.map
 	@mkdir -p $(@D)
 	$(CC) -shared -pthread -Wl,-soname,libcuda.so.1 -Wl,-Bsymbolic \
 	    -Wl,--version-script=$(PRELOAD_TSRC)/vcuda.map -o $@ \
-	    $(PRELOAD_FAKE)/fakecuda.o $(PRELOAD_FAKE)/stubs.o -ldl -lpthread
+	    $(FAKECUDA_OBJS) -ldl -lpthread
 
 # And without cuGetProcAddress*: the CUDA runtime's dlsym fallback. (The
 # fake's FAKECUDA_NO_GETPROCADDRESS=1 makes the functions fail, but CUDA
 # 13's cudart then gives up before cuInit instead of falling back.)
-$(PRELOAD_T)/nogpa/libcuda.so.1: $(PRELOAD_FAKE)/fakecuda.o \
-                                 $(PRELOAD_FAKE)/stubs.o \
+$(PRELOAD_T)/nogpa/libcuda.so.1: $(FAKECUDA_OBJS) \
                                  $(PRELOAD_TSRC)/nogpa.map
 	@mkdir -p $(@D)
 	$(CC) -shared -pthread -Wl,-soname,libcuda.so.1 -Wl,-Bsymbolic \
 	    -Wl,--version-script=$(PRELOAD_TSRC)/nogpa.map -o $@ \
-	    $(PRELOAD_FAKE)/fakecuda.o $(PRELOAD_FAKE)/stubs.o -ldl -lpthread
+	    $(FAKECUDA_OBJS) -ldl -lpthread
 
 PRELOAD_NVCC ?= /usr/local/cuda/bin/nvcc
 preload-nvcc: $(PRELOAD_T)/cudart-static $(PRELOAD_T)/cudart-shared

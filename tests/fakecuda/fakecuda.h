@@ -40,7 +40,7 @@ typedef struct { unsigned char bytes[16]; } CUuuid;
 
 /* Functions the fake implements for real.  gen-stubs.sh reads the FC_IMPL
  * lines below and in FC_IMPLEMENTED_IFUNC (one per line!) to leave these names out of the generated
- * 801-returning stubs; fakecuda.c uses the list to build its lookup table. */
+ * 801-returning stubs; procaddr.c uses the list to build its lookup table. */
 #define FC_IMPLEMENTED(FC_IMPL) \
     FC_IMPL(cuInit) \
     FC_IMPL(cuDriverGetVersion) \

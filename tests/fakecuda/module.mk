@@ -30,7 +30,12 @@ FAKECUDA_LIBS    := -ldl -lpthread
 FAKECUDA_LIB      := $(FAKECUDA_BUILD)/libcuda.so.1
 FAKECUDA_LINK     := $(FAKECUDA_BUILD)/libcuda.so
 FAKECUDA_SELFTEST := $(FAKECUDA_BUILD)/selftest
-FAKECUDA_OBJS     := $(FAKECUDA_BUILD)/fakecuda.o $(FAKECUDA_BUILD)/stubs.o
+# The fake's own files (fakecuda.c, devices; context.c, contexts and
+# memory; journal.c, the journal; procaddr.c, cuGetProcAddress; fcint.h
+# what they share) and the generated stubs.
+FAKECUDA_SRCS     := $(addprefix $(FAKECUDA_DIR)/,fakecuda.c context.c journal.c procaddr.c)
+FAKECUDA_OBJS     := $(patsubst $(FAKECUDA_DIR)/%.c,$(FAKECUDA_BUILD)/%.o,$(FAKECUDA_SRCS)) \
+                     $(FAKECUDA_BUILD)/stubs.o
 
 .PHONY: fakecuda fakecuda-clean
 fakecuda: $(FAKECUDA_LIB) $(FAKECUDA_LINK) $(FAKECUDA_SELFTEST)
@@ -45,7 +50,8 @@ $(FAKECUDA_BUILD)/stubs.c: $(FAKECUDA_DIR)/stubs.txt $(FAKECUDA_DIR)/fakecuda.h 
 $(FAKECUDA_BUILD)/stubs.o: $(FAKECUDA_BUILD)/stubs.c $(FAKECUDA_DIR)/fakecuda.h
 	$(CC) $(FAKECUDA_CFLAGS) -I$(FAKECUDA_DIR) -c -o $@ $<
 
-$(FAKECUDA_BUILD)/fakecuda.o: $(FAKECUDA_DIR)/fakecuda.c $(FAKECUDA_DIR)/fakecuda.h
+$(filter-out %/stubs.o,$(FAKECUDA_OBJS)): $(FAKECUDA_BUILD)/%.o: $(FAKECUDA_DIR)/%.c \
+                           $(FAKECUDA_DIR)/fakecuda.h $(FAKECUDA_DIR)/fcint.h
 	@mkdir -p $(@D)
 	$(CC) $(FAKECUDA_CFLAGS) -I$(FAKECUDA_DIR) -c -o $@ $<
 

@@ -1,5 +1,6 @@
 /*
- * adversary - helper for tests/test_lease_adversarial.py: things a test job
+ * adversary - helper for tests/test_lease_adversarial.py and
+ * test_lease_contention.py (also test_planted.py): things a test job
  * (lease-holder) does not do. Built by the generic rule of the Makefile:
  *   make build/tests/adversary
  *

@@ -20,7 +20,7 @@ import pytest
 import journal as J
 import jobs
 import test_crash_sweep as S
-from test_lease_adversarial import check_one_lease_per_job
+from leaseadv import check_one_lease_per_job
 from test_planted import as_user, plant, ticket_name
 
 pytestmark = [pytest.mark.stress, S.ROOT]

@@ -5,7 +5,9 @@
  * libgpuoffload.so once with every call forced to the CPU and once to the
  * GPU. The library's traces hold the timings; this program's log says
  * which of the traced calls count: those of a point's accepted
- * measurement whose LAPACK info was 0.
+ * measurement whose LAPACK info was 0. This file runs the points; the
+ * calls themselves (the libraries' names, integer width and argument
+ * lists) are calib-call.c's.
  *
  * Usage: gpu-offload-calib MAX_SIZE REPS CALL_CAP_S DEADLINE_S
  *   sizes 64, 128, ... MAX_SIZE, size by size over every operation (in
@@ -44,7 +46,6 @@
  *                                 above unmeasured
  */
 #define _GNU_SOURCE
-#include <dlfcn.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -52,16 +53,9 @@
 #include <time.h>
 
 #include "calib-canary.h"
+#include "calib-work.h"
 
-typedef void fn_t(void);
-
-enum kind { K_GEMM, K_GETRF, K_GESV, K_POTRF, K_SYEVD, K_HEEVD, K_GESDD,
-	    K_GESVD };
-
-static const struct wop {
-	const char *op, *precs;
-	enum kind kind;
-} wops[] = {
+static const struct wop wops[] = {
 	{ "gemm", "sdcz", K_GEMM },   { "getrf", "sdcz", K_GETRF },
 	{ "gesv", "sdcz", K_GESV },   { "potrf", "sdcz", K_POTRF },
 	{ "syevd", "sd", K_SYEVD },   { "heevd", "cz", K_HEEVD },
@@ -83,35 +77,7 @@ static int64_t real_ns(void)
 	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
-/* ---- Integers of the library's width ------------------------------------ */
-
-static int w64;            /* the library takes 64-bit integers */
-
-/* A Fortran integer argument: `n` in the library's width. */
-struct fint { int32_t i32; int64_t i64; };
-static void *fi(struct fint *v, int64_t n)
-{
-	v->i32 = (int32_t)n;
-	v->i64 = n;
-	return w64 ? (void *)&v->i64 : (void *)&v->i32;
-}
-/* A struct fint already set, as the argument. */
-#define FI(v) (w64 ? (void *)&(v).i64 : (void *)&(v).i32)
-static int64_t fget(const struct fint *v)
-{
-	return w64 ? v->i64 : v->i32;
-}
-/* An integer array element (ipiv, iwork) read back. */
-static int64_t aget(const void *p, size_t i)
-{
-	return w64 ? ((const int64_t *)p)[i] : ((const int32_t *)p)[i];
-}
-
 /* ---- Matrices ----------------------------------------------------------- */
-
-static int isdbl(char p) { return p == 'd' || p == 'z'; }
-static int iscpx(char p) { return p == 'c' || p == 'z'; }
-static size_t esize(char p) { return (isdbl(p) ? 8 : 4) * (iscpx(p) ? 2 : 1); }
 
 static void put(void *a, char p, size_t k, double v)
 {
@@ -161,56 +127,6 @@ static void fill(void *a, char p, int n, int herm, int singular)
 			put(a, p, k, 0);
 }
 
-/* ---- The library -------------------------------------------------------- */
-
-static const char *prefix = "", *suffix = "_";
-
-static fn_t *find(const char *name)
-{
-	/* RTLD_DEFAULT: the preloaded libgpuoffload.so's wrapper first,
-	 * which then finds the library loaded below (its global scope). */
-	return (fn_t *)dlsym(RTLD_DEFAULT, name);
-}
-
-static int load(FILE *log)
-{
-	const char *libs = getenv("GPO_CALIB_LIBS");
-	char buf[4096], *save = NULL;
-	static const struct { const char *pre, *suf; int i64; } schemes[] = {
-		{ "scipy_", "_64_", 1 }, { "scipy_", "_", 0 }, { "", "_", 0 },
-	};
-	int found = -1;
-
-	snprintf(buf, sizeof buf, "%s", libs && *libs ? libs :
-		 "libblas.so.3:liblapack.so.3");
-	for (char *t = strtok_r(buf, ":", &save); t; t = strtok_r(NULL, ":", &save)) {
-		void *h = dlopen(t, RTLD_NOW | RTLD_GLOBAL);
-		if (!h) {
-			fprintf(stderr, "gpu-offload-calib: %s\n", dlerror());
-			return -1;
-		}
-		fprintf(log, "library %s\n", t);
-		/* The scheme: the first of ours whose dgemm the library has
-		 * (numpy's bundled OpenBLAS has only the 64-bit scipy_ names). */
-		for (int s = 0; s < 3 && found < 0; s++) {
-			char name[64];
-			snprintf(name, sizeof name, "%sdgemm%s", schemes[s].pre,
-				 schemes[s].suf);
-			if (dlsym(h, name))
-				found = s;
-		}
-	}
-	if (found < 0) {
-		fprintf(stderr, "gpu-offload-calib: the CPU libraries have no dgemm under a name gpu-offload intercepts (dgemm_, scipy_dgemm_, scipy_dgemm_64_)\n");
-		return -1;
-	}
-	prefix = schemes[found].pre;
-	suffix = schemes[found].suf;
-	w64 = schemes[found].i64;
-	fprintf(log, "scheme %s %s %d\n", *prefix ? prefix : "-", suffix, w64);
-	return 0;
-}
-
 /* ---- The canary --------------------------------------------------------- */
 
 static volatile double sink;
@@ -234,143 +150,6 @@ static double canary(void *arg)
 }
 
 /* ---- One point ---------------------------------------------------------- */
-
-struct point {
-	const struct wop *w;
-	char p, name[40];
-	int n, reps, singular, slow_hook;
-	double cap;
-	fn_t *fn;
-	void *a, *b, *c, *piv, *w_, *work, *iwork, *rwork;
-	int64_t lwork, liwork, lrwork;
-	/* the accepted measurement's calls */
-	int ncall;
-	int64_t t0[64], t1[64], info[64];
-	double fastest;
-};
-
-typedef void gemm_t(const char *, const char *, void *, void *, void *,
-		    const void *, void *, void *, void *, void *, const void *,
-		    void *, void *, size_t, size_t);
-typedef void getrf_t(void *, void *, void *, void *, void *, void *);
-typedef void gesv_t(void *, void *, void *, void *, void *, void *, void *,
-		    void *);
-typedef void potrf_t(const char *, void *, void *, void *, void *, size_t);
-typedef void syevd_t(const char *, const char *, void *, void *, void *,
-		     void *, void *, void *, void *, void *, void *, size_t,
-		     size_t);
-typedef void heevd_t(const char *, const char *, void *, void *, void *,
-		     void *, void *, void *, void *, void *, void *, void *,
-		     void *, size_t, size_t);
-typedef void gesdd_r_t(const char *, void *, void *, void *, void *, void *,
-		       void *, void *, void *, void *, void *, void *, void *,
-		       void *, size_t);
-typedef void gesdd_c_t(const char *, void *, void *, void *, void *, void *,
-		       void *, void *, void *, void *, void *, void *, void *,
-		       void *, void *, size_t);
-typedef void gesvd_r_t(const char *, const char *, void *, void *, void *,
-		       void *, void *, void *, void *, void *, void *, void *,
-		       void *, void *, size_t, size_t);
-
-/*
- * One call of the point (lwork = -1 makes it the workspace query: then
- * only `query` is written). Returns LAPACK's info (0 for BLAS).
- */
-static int64_t call(struct point *pt, int query, double *qwork,
-		    int64_t *qiwork, double *qrwork)
-{
-	struct fint n, n2, n3, ld, lw, liw, lrw, info;
-	static const double one[2] = { 1, 0 }, zero[2] = { 0, 0 };
-	static const float onef[2] = { 1, 0 }, zerof[2] = { 0, 0 };
-	int dbl = isdbl(pt->p);
-	const void *al = dbl ? (const void *)one : (const void *)onef;
-	const void *be = dbl ? (const void *)zero : (const void *)zerof;
-	/* work(1) of a query: a real (or the real part) of the precision */
-	double qw[2] = { 0, 0 }, qr[2] = { 0, 0 };
-	int64_t qi[2] = { 0, 0 };
-	void *work = query ? (void *)qw : pt->work;
-	void *iwork = query ? (void *)qi : pt->iwork;
-	void *rwork = query ? (void *)qr : pt->rwork;
-
-	fi(&info, 0);
-	fi(&n, pt->n);
-	fi(&n2, pt->n);
-	fi(&n3, pt->n);
-	fi(&ld, pt->n);
-	fi(&lw, query ? -1 : pt->lwork);
-	fi(&liw, query ? -1 : pt->liwork);
-	fi(&lrw, query ? -1 : pt->lrwork);
-	switch (pt->w->kind) {
-	case K_GEMM:
-		((gemm_t *)pt->fn)("N", "N", fi(&n, pt->n), fi(&n2, pt->n),
-				   fi(&n3, pt->n), al, pt->a, fi(&ld, pt->n),
-				   pt->b, FI(ld), be, pt->c, FI(ld), 1, 1);
-		return 0;
-	case K_GETRF:
-		((getrf_t *)pt->fn)(fi(&n, pt->n), fi(&n2, pt->n), pt->a,
-				    fi(&ld, pt->n), pt->piv, fi(&info, 0));
-		break;
-	case K_GESV:
-		((gesv_t *)pt->fn)(fi(&n, pt->n), fi(&n2, pt->n), pt->a,
-				   fi(&ld, pt->n), pt->piv, pt->b, FI(ld),
-				   fi(&info, 0));
-		break;
-	case K_POTRF:
-		((potrf_t *)pt->fn)("L", fi(&n, pt->n), pt->a, fi(&ld, pt->n),
-				    fi(&info, 0), 1);
-		break;
-	case K_SYEVD:
-		((syevd_t *)pt->fn)("V", "L", fi(&n, pt->n), pt->a,
-				    fi(&ld, pt->n), pt->w_, work,
-				    FI(lw),
-				    iwork, FI(liw),
-				    fi(&info, 0), 1, 1);
-		break;
-	case K_HEEVD:
-		((heevd_t *)pt->fn)("V", "L", fi(&n, pt->n), pt->a,
-				    fi(&ld, pt->n), pt->w_, work,
-				    FI(lw),
-				    rwork, FI(lrw),
-				    iwork, FI(liw),
-				    fi(&info, 0), 1, 1);
-		break;
-	case K_GESDD:
-		if (iscpx(pt->p))
-			((gesdd_c_t *)pt->fn)("A", fi(&n, pt->n), fi(&n2, pt->n),
-					      pt->a, fi(&ld, pt->n), pt->w_,
-					      pt->b, FI(ld), pt->c, FI(ld), work,
-					      FI(lw),
-					      pt->rwork, pt->iwork, fi(&info, 0), 1);
-		else
-			((gesdd_r_t *)pt->fn)("A", fi(&n, pt->n), fi(&n2, pt->n),
-					      pt->a, fi(&ld, pt->n), pt->w_,
-					      pt->b, FI(ld), pt->c, FI(ld), work,
-					      FI(lw),
-					      pt->iwork, fi(&info, 0), 1);
-		break;
-	case K_GESVD:
-		((gesvd_r_t *)pt->fn)("A", "A", fi(&n, pt->n), fi(&n2, pt->n),
-				      pt->a, fi(&ld, pt->n), pt->w_, pt->b, FI(ld),
-				      pt->c, FI(ld), work,
-				      FI(lw),
-				      fi(&info, 0), 1, 1);
-		break;
-	}
-	if (query) {
-		*qwork = qw[0];
-		*qiwork = aget(qi, 0);
-		*qrwork = qr[0];
-		if (!isdbl(pt->p)) {
-			/* single precision: work(1) and rwork(1) are floats */
-			float f;
-			memcpy(&f, qw, sizeof f);
-			*qwork = f;
-			memcpy(&f, qr, sizeof f);
-			*qrwork = f;
-		}
-	}
-	return fget(&info);
-}
 
 /* The matrices of one call: A refilled (LAPACK overwrites it). */
 static void prepare(struct point *pt)
@@ -396,7 +175,7 @@ static void measure(void *arg, int attempt)
 			prepare(pt);
 		pt->t0[r] = real_ns();
 		t = mono();
-		pt->info[r] = call(pt, 0, NULL, NULL, NULL);
+		pt->info[r] = calib_call(pt, 0, NULL, NULL, NULL);
 		t = mono() - t;
 		pt->t1[r] = real_ns();
 		pt->ncall = r + 1;
@@ -519,7 +298,7 @@ int main(int argc, char **argv)
 	memset(&bf, 0, sizeof bf);
 	always_quiet = getenv("GPO_CALIB_TEST_QUIET") &&
 		       strcmp(getenv("GPO_CALIB_TEST_QUIET"), "1") == 0;
-	if (load(log))
+	if (calib_load(log))
 		return 1;
 	quiet = canary(NULL);
 	for (int i = 0; i < 4; i++) {
@@ -537,12 +316,12 @@ int main(int argc, char **argv)
 		w.w = &wops[0];
 		w.p = 'd';
 		w.n = 64;
-		snprintf(w.name, sizeof w.name, "%sdgemm%s", prefix, suffix);
-		w.fn = find(w.name);
+		snprintf(w.name, sizeof w.name, "%sdgemm%s", calib_prefix, calib_suffix);
+		w.fn = calib_find(w.name);
 		if (w.fn && alloc(&bf, 64) == 0) {
 			w.a = bf.a, w.b = bf.b, w.c = bf.c;
 			prepare(&w);
-			call(&w, 0, NULL, NULL, NULL);
+			calib_call(&w, 0, NULL, NULL, NULL);
 		}
 		release(&bf);
 	}
@@ -585,9 +364,9 @@ int main(int argc, char **argv)
 				pt.a = bf.a, pt.b = bf.b, pt.c = bf.c;
 				pt.piv = bf.piv, pt.w_ = bf.w;
 				pt.iwork = bf.iwork, pt.rwork = bf.rwork;
-				snprintf(pt.name, sizeof pt.name, "%s%s%s", prefix,
-					 cname, suffix);
-				pt.fn = find(pt.name);
+				snprintf(pt.name, sizeof pt.name, "%s%s%s", calib_prefix,
+					 cname, calib_suffix);
+				pt.fn = calib_find(pt.name);
 				if (!pt.fn) {
 					fprintf(log, "missing %s\n", pt.name);
 					done[curve] = 1;
@@ -599,14 +378,14 @@ int main(int argc, char **argv)
 				/* The workspace query, outside the measured calls. */
 				if (pt.w->kind >= K_SYEVD) {
 					prepare(&pt);
-					info = call(&pt, 1, &qw, &qi, &qr);
+					info = calib_call(&pt, 1, &qw, &qi, &qr);
 					pt.lwork = info == 0 && qw >= 1 ? (int64_t)qw : 1;
 					pt.liwork = qi > 0 ? qi : 8 * n;
 					pt.lrwork = qr >= 1 ? (int64_t)qr : 1;
 					if (pt.w->kind == K_GESDD)
 						pt.liwork = 8 * n;
 					pt.work = malloc((size_t)pt.lwork * esize(pt.p) + 64);
-					if (pt.liwork * (w64 ? 8 : 4) > (int64_t)n * 64 ||
+					if (pt.liwork * (calib_w64 ? 8 : 4) > (int64_t)n * 64 ||
 					    pt.lrwork > (int64_t)(n * n * 5 + n * 7 + 8) ||
 					    !pt.work) {
 						free(pt.work);

@@ -2,7 +2,7 @@
  * lapack.c - run() for the LAPACK operations on cuSOLVER (dense):
  * getrf getrs gesv potrf potrs posv, syev syevd heev heevd, gesvd gesdd,
  * geqrf, gels, in s, d, c, z, with LAPACK's conventions (backend.h,
- * tools/gen_offload.py's table: operands, shapes, options).
+ * tools/offload_ops.py's table: operands, shapes, options).
  *
  * Integers: the only integer operands are getrf/getrs/gesv's pivots, in
  * the caller's width: 64-bit callers (the scipy_*_64_ names) get the

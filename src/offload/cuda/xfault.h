@@ -45,7 +45,7 @@ void gpc_xfault_add(void *host, uint64_t pitch, uint64_t width,
 /* Return once no prefault job is queued or running. */
 void gpc_xfault_wait(void);
 
-/* For tests (xfertest.c) and the bench. */
+/* For tests (xfertest: tests/offload/cuda/xfertest*.c) and the bench. */
 struct gpc_xfault_stats {
 	uint64_t jobs;          /* ranges queued */
 	uint64_t bytes;         /* bytes in them (pages) */

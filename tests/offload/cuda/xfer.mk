@@ -22,6 +22,11 @@ XFER_INC  := -include src/offload/compat.h -Isrc/offload -Isrc/offload/cuda \
              -I$(B)/offload/gen
 XFER_BINS := $(XFER_T)/fakedev/libcuda.so.1 $(XFER_T)/xfertest \
              $(XFER_T)/xfertest-san
+# The test program: the round trips and main, the prefault workers' part,
+# the staging and injected failures' part (xfertest.h is what they share).
+XFER_TSRC := tests/offload/cuda/xfertest.c tests/offload/cuda/xfertest-prefault.c \
+             tests/offload/cuda/xfertest-stage.c
+XFER_THDR := tests/offload/cuda/xfertest.h tests/offload/ntasks.h
 
 .PHONY: xfer-tests
 xfer-tests: $(XFER_BINS)
@@ -33,15 +38,15 @@ $(XFER_T)/fakedev/libcuda.so.1: $(FAKEDEV_SRC) tests/offload/cuda/fakelog.h
 	$(CC) $(WARN) -Wno-missing-prototypes $(CFLAGS) -fPIC -shared -fvisibility=hidden \
 	    -Wl,-soname,libcuda.so.1 -o $@ $(FAKEDEV_SRC)
 
-$(XFER_T)/xfertest: tests/offload/cuda/xfertest.c $(XFER_SRC) $(XFER_HDR) tests/offload/ntasks.h
+$(XFER_T)/xfertest: $(XFER_TSRC) $(XFER_THDR) $(XFER_SRC) $(XFER_HDR)
 	@mkdir -p $(@D)
 	$(CC) $(WARN) $(CFLAGS) -pthread $(XFER_INC) -o $@ \
-	    tests/offload/cuda/xfertest.c $(XFER_SRC) -ldl
+	    $(XFER_TSRC) $(XFER_SRC) -ldl
 
-$(XFER_T)/xfertest-san: tests/offload/cuda/xfertest.c $(XFER_SRC) $(XFER_HDR) tests/offload/ntasks.h
+$(XFER_T)/xfertest-san: $(XFER_TSRC) $(XFER_THDR) $(XFER_SRC) $(XFER_HDR)
 	@mkdir -p $(@D)
 	$(CC) $(WARN) $(SAN_FLAGS) -pthread $(XFER_INC) -o $@ \
-	    tests/offload/cuda/xfertest.c $(XFER_SRC) -ldl
+	    $(XFER_TSRC) $(XFER_SRC) -ldl
 
 # The copy benchmark (bench/offload/xfer_bench.c): built and run on a GPU
 # machine; `make xfer-bench` prints its table.
@@ -61,7 +66,7 @@ lint-xfer: $(B)/offload/gen/ops.h
 	  --std=c11 --inline-suppr -Isrc/offload -Isrc/offload/cuda \
 	  -I$(B)/offload/gen src/offload/cuda/xfer.c src/offload/cuda/xpool.c \
 	  src/offload/cuda/xfault.c src/offload/cuda/xstage.c \
-	  tests/offload/cuda/fakedev.c tests/offload/cuda/fakelog.c tests/offload/cuda/xfertest.c \
+	  tests/offload/cuda/fakedev.c tests/offload/cuda/fakelog.c $(XFER_TSRC) \
 	  bench/offload/xfer_bench.c
 
 .DEFAULT_GOAL := $(XFER_SAVED_GOAL)
