@@ -380,3 +380,27 @@ def test_the_floors_variable_bad_empty_and_huge(tmp_path, value, taken):
     assert "SOLVE_MIN" not in r.text, r.text
     assert pipelined(r.journal) == taken, (value, r.journal)
     assert r.out == cpu(tmp_path, "gesv", "z", 64, shape)
+
+
+def test_an_x_larger_than_a_copy_chunk_waits_for_the_commit(tmp_path):
+    """B of more than the copy engine's 16 MiB chunk (n = 32, nrhs = 33000
+    in complex128: two chunks each way through pageable memory): each copy
+    the call performs failing in turn, the second chunk of B's copy in
+    included, leaves the CPU's result; X, staged, is one copy, so that no
+    failure can leave part of it in the caller's B (a straight copy out
+    would write B's first chunk before its second failed)."""
+    shape = (32, 33000, 0, 0)
+    want = cpu(tmp_path, "gesv", "z", 32, shape)
+    r = gpu(tmp_path, "gesv", "z", 32, shape)
+    ok(r)
+    assert r.out == want and pipelined(r.journal), r.text
+    n, nrhs = shape[:2]
+    assert [b for _, b, _ in _copies(r.journal, "h2d")] == \
+        [n * n * 16, (16 << 20) // (n * 16) * n * 16,
+         n * nrhs * 16 - (16 << 20) // (n * 16) * n * 16], r.journal
+    performed = r.counts.get("cuMemcpy2DAsync_v2", 0) + \
+        r.counts.get("cuMemcpyDtoHAsync_v2", 0)
+    for nth in range(1, performed + 3):
+        r = gpu(tmp_path, "gesv", "z", 32, shape, FAKEDEV_FAIL_EXEC=nth)
+        ok(r)
+        assert r.out == want, nth
