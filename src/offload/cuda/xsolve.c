@@ -206,7 +206,9 @@ static int gpc__plan(struct gpo_kernel *k, const struct gpo_hostcall *h,
 		return -1;
 	if (!s->lu && k->opt[0] != 'U' && k->opt[0] != 'L')
 		return -1;
-	if ((uint64_t)n * (uint64_t)(n + nrhs) * s->es < gpc__sv.min_bytes)
+	/* Unsigned before the sum: n + nrhs may pass INT64_MAX (both are
+	 * positive here), and a signed overflow is undefined. */
+	if ((uint64_t)n * ((uint64_t)n + (uint64_t)nrhs) * s->es < gpc__sv.min_bytes)
 		return -1;
 	/* The 32-bit API's limits (lapack.c's gpc__fits), the names. */
 	if (s->lu && !k->int64 && (!gpc__fits(n) || !gpc__fits(nrhs) ||
