@@ -113,7 +113,8 @@ int gpc_potrs(struct gpo_kernel *k, char uplo, int64_t n, int64_t nrhs,
 	      gpc_dptr a, int64_t lda, gpc_dptr b, int64_t ldb);
 
 /* xgemm.c: the decimal number in the environment variable `name` (a
- * secure_getenv), at most max; dflt when unset or not a number. */
+ * secure_getenv), at most max (a larger one, of any length: max); dflt
+ * when unset, empty or not a number (digits only). */
 uint64_t gpc_env(const char *name, uint64_t dflt, uint64_t max);
 
 /* Shared by both halves. */

@@ -67,9 +67,10 @@ static struct {
 	struct gpc_panel_stats st;
 } gpc__pn;
 
-/* A decimal number (digits only) into *v; 0, or -1 when s is not one.
- * The backend parses no more than this (no strtoul: glibc 2.38's
- * redirect would raise the library's symbol floor). */
+/* A decimal number (digits only) into *v, UINT64_MAX when it is larger
+ * (a floor of 10^30 bytes means "above any call", not "unset"); 0, or -1
+ * when s is not one. The backend parses no more than this (no strtoul:
+ * glibc 2.38's redirect would raise the library's symbol floor). */
 static int gpc__num(const char *s, uint64_t *v)
 {
 	uint64_t n = 0;
@@ -77,9 +78,10 @@ static int gpc__num(const char *s, uint64_t *v)
 	if (!s || !*s)
 		return -1;
 	for (; *s; s++) {
-		if (*s < '0' || *s > '9' || n > (UINT64_MAX - 9) / 10)
+		uint64_t d = (uint64_t)(*s - '0');
+		if (*s < '0' || *s > '9')
 			return -1;
-		n = n * 10 + (uint64_t)(*s - '0');
+		n = n > (UINT64_MAX - d) / 10 ? UINT64_MAX : n * 10 + d;
 	}
 	*v = n;
 	return 0;

@@ -48,8 +48,12 @@
  * The frontend's invariant holds: the factor and X are staged
  * (GPO_BE_STAGE) and reach the caller's memory only by the frontend's
  * commit() after a successful return; the pivots, a pure output, are
- * written straight (after their prefault, as in the frontend's flow). On
- * any failure the compute stream is waited for (no kernel outlives the
+ * written straight (after their prefault, as in the frontend's flow),
+ * before the call is known to succeed: a failed or singular call leaves
+ * the device's pivots there, and the CPU's rerun writes all n of them
+ * (LAPACK's getrf sets every pivot, a singular matrix's too; arguments
+ * LAPACK refuses never reach the GPU, front.c's gpo__valid). On any
+ * failure the compute stream is waited for (no kernel outlives the
  * call), the buffers and the workspace go back, and the step is reported
  * in h->failed: the frontend discards and reruns the call on the CPU.
  *
@@ -202,7 +206,9 @@ static int gpc__plan(struct gpo_kernel *k, const struct gpo_hostcall *h,
 		return -1;
 	if (!s->lu && k->opt[0] != 'U' && k->opt[0] != 'L')
 		return -1;
-	if ((uint64_t)n * (uint64_t)(n + nrhs) * s->es < gpc__sv.min_bytes)
+	/* Unsigned before the sum: n + nrhs may pass INT64_MAX (both are
+	 * positive here), and a signed overflow is undefined. */
+	if ((uint64_t)n * ((uint64_t)n + (uint64_t)nrhs) * s->es < gpc__sv.min_bytes)
 		return -1;
 	/* The 32-bit API's limits (lapack.c's gpc__fits), the names. */
 	if (s->lu && !k->int64 && (!gpc__fits(n) || !gpc__fits(nrhs) ||

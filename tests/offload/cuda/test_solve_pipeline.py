@@ -321,3 +321,86 @@ def test_a_failed_call_leaves_later_calls_pipelined(tmp_path):
     assert r.out == cpu(tmp_path, "gesv", "z", 64, shape, count=2)
     assert len(_kernel(r.journal, "getrf")) == 1, r.journal    # the failed one queued nothing
     assert pipelined(r.journal), r.journal
+
+
+def _allocs(r):
+    return r.counts.get("cuMemAlloc_v2", 0)
+
+
+@pytest.mark.parametrize("op,p,iw", FAIL_CASES)
+@pytest.mark.parametrize("kind", ["ok", "singular"])
+@pytest.mark.parametrize("ws", [0, 8 << 20])
+def test_a_failed_call_leaves_nothing_behind_for_the_next(tmp_path, op, p, iw, kind, ws):
+    """The first of two calls fails at each step in turn (each copy at its
+    call and at its execution, the factorisation and the solve when queued
+    and when run), also with the factorisation's workspace larger than the
+    kept one: no kernel of the failed call outlives it (a factorisation
+    still queued would factor the next call's A, which the pool hands the
+    same buffer, a second time) and every buffer went back to the pool
+    (the next call allocates nothing a clean pair of calls does not). The
+    second call is pipelined and both equal the CPU's, byte for byte."""
+    shape = (24, 5, 3, 2)
+    extra = {"FAKESOLVER_WS": ws} if ws else {}
+    clean = gpu(tmp_path, op, p, iw, shape, kind, count=2, **extra)
+    ok(clean)
+    want = cpu(tmp_path, op, p, iw, shape, kind, count=2)
+    assert clean.out == want
+    copies = sum(v for k, v in clean.counts.items() if k.startswith("cuMemcpy"))
+    steps = [(k, nth) for k in ("FAKEDEV_FAIL_COPY", "FAKEDEV_FAIL_EXEC")
+             for nth in range(1, copies // 2 + 1)]
+    steps += [("FAKESOLVER_FAIL_SOLVE", 1), ("FAKESOLVER_FAIL_SOLVE", 2),
+              ("FAKESOLVER_FAIL_RUN", 1), ("FAKESOLVER_FAIL_RUN", 2)]
+    for knob, nth in steps:
+        r = gpu(tmp_path, op, p, iw, shape, kind, count=2, **extra, **{knob: nth})
+        ok(r)
+        assert "the GPU backend failed" in r.proc.stderr, (knob, nth, r.text)
+        assert r.out == want, (knob, nth)
+        assert _allocs(r) == _allocs(clean), (knob, nth, r.counts, clean.counts)
+        # The second call alone: from its A's copy in (the last of A's size).
+        n, es = shape[0], ES[p]
+        a_in = [i for i, b, _ in _copies(r.journal, "h2d") if b == n * n * es]
+        assert pipelined(r.journal[a_in[-1]:]), (knob, nth, r.journal)
+
+
+@pytest.mark.parametrize("value,taken", [
+    (None, True), ("", True), ("8MiB", True), ("-1", True), (" 8388608", True),
+    ("8388608", True), ("8388609", False),
+    ("18446744073709551615", False), ("18446744073709551611", False),
+    ("99999999999999999999999999", False)])
+def test_the_floors_variable_bad_empty_and_huge(tmp_path, value, taken):
+    """A and B of exactly the default floor (n = 32, nrhs = 16352 in
+    complex128: 8 MiB) are taken; GPU_OFFLOAD_CUDA_SOLVE_MIN unset, empty
+    or not a decimal number (the backend says nothing): the default; a
+    number, however large (2^64 - 1 or beyond: a floor above any call),
+    is the floor."""
+    shape = (32, 16352, 0, 0)
+    r = gpu(tmp_path, "gesv", "z", 64, shape, GPU_OFFLOAD_CUDA_SOLVE_MIN=value)
+    ok(r)
+    assert "1 offloaded" in r.proc.stderr, r.text
+    assert "SOLVE_MIN" not in r.text, r.text
+    assert pipelined(r.journal) == taken, (value, r.journal)
+    assert r.out == cpu(tmp_path, "gesv", "z", 64, shape)
+
+
+def test_an_x_larger_than_a_copy_chunk_waits_for_the_commit(tmp_path):
+    """B of more than the copy engine's 16 MiB chunk (n = 32, nrhs = 33000
+    in complex128: two chunks each way through pageable memory): each copy
+    the call performs failing in turn, the second chunk of B's copy in
+    included, leaves the CPU's result; X, staged, is one copy, so that no
+    failure can leave part of it in the caller's B (a straight copy out
+    would write B's first chunk before its second failed)."""
+    shape = (32, 33000, 0, 0)
+    want = cpu(tmp_path, "gesv", "z", 32, shape)
+    r = gpu(tmp_path, "gesv", "z", 32, shape)
+    ok(r)
+    assert r.out == want and pipelined(r.journal), r.text
+    n, nrhs = shape[:2]
+    assert [b for _, b, _ in _copies(r.journal, "h2d")] == \
+        [n * n * 16, (16 << 20) // (n * 16) * n * 16,
+         n * nrhs * 16 - (16 << 20) // (n * 16) * n * 16], r.journal
+    performed = r.counts.get("cuMemcpy2DAsync_v2", 0) + \
+        r.counts.get("cuMemcpyDtoHAsync_v2", 0)
+    for nth in range(1, performed + 3):
+        r = gpu(tmp_path, "gesv", "z", 32, shape, FAKEDEV_FAIL_EXEC=nth)
+        ok(r)
+        assert r.out == want, nth
