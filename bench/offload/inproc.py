@@ -13,7 +13,10 @@ it, as the warm pairs' warm-up); the count of calls a rep (about
 --rep-s of paused calls); then R rounds of one paused and one active rep
 in ABBA order. ratio = median(active) / median(paused), the rounds'
 ratios its spread (verdict.judge_inproc). A round whose active rep
-started the GPU is left out (kept in the total).
+started the GPU is left out (kept in the total), and with it the other
+round of its ABBA pair (rounds 0-1, 2-3, ...) where at least two rounds
+are left: a round alone would leave the order unbalanced (the drift
+below).
 
 What the paused side still pays beyond the CPU library alone: the
 wrapper's entry on every call (a PLT jump, a TLS load, the gate word, the
@@ -159,6 +162,19 @@ def entry_ns(c):
         "case per wrapper call %.1f ns, at least %.0f" % (how, worst, ENTRY_NS_MIN)
 
 
+def left_out(gpu_round, rounds):
+    """The rounds left out for a GPU start in round `gpu_round` (None:
+    none): that round, and its ABBA partner (gpu_round ^ 1) where the
+    pair is whole and at least two rounds remain, so that the rounds
+    judged keep paused first in as many as active."""
+    if gpu_round is None:
+        return []
+    pair = gpu_round ^ 1
+    if pair < rounds and rounds - 2 >= 2:
+        return sorted([gpu_round, pair])
+    return [gpu_round]
+
+
 def calls_per_rep(res, summary):
     """Wrapper calls a rep of the paused side makes (module docstring), or
     None where the summary cannot say: none printed (the process's stderr
@@ -228,8 +244,7 @@ def run_point(c, p, rounds, rep_s, warm_s, pred, ratio=1.0):
     p.res = res
     p.paused, p.active, p.first = res["paused"], res["active"], res["first"]
     p.rounds, p.count = len(p.paused), res["count"]
-    if res.get("gpu_round") is not None:
-        p.exclude = [res["gpu_round"]]
+    p.exclude = left_out(res.get("gpu_round"), p.rounds)
     if p.paused:
         p.per_call = H.med(p.paused) / p.count
     p.calls_per_rep = calls_per_rep(res, p.summary)
@@ -301,7 +316,8 @@ def report(c, pts, rep_s, warm_s):
         how = "%d offloaded of %d; %s" % (
             s.get("offloaded", 0), s.get("seen", 0),
             "GPU started in warm-up" if w.get("gpu_after_warm") else
-            "GPU started in round %d (left out)" % gr if gr is not None else
+            "GPU started in round %d (left out%s)" % (
+                gr, " with its ABBA pair" if len(p.exclude) > 1 else "") if gr is not None else
             "GPU started" if gpu_used else "GPU not started")
         if p.errors:
             how += "; " + "; ".join(p.errors[:2])

@@ -311,3 +311,41 @@ def test_judge_inproc_with_every_round_left_out_judges_nothing():
     assert j["verdict"] == "error" and j["k"] == 0 and j["excluded"] == 1, j
     j = V.judge_inproc([1.0, 1.0], [3.0, 1.0], 0.0, exclude=[0])
     assert j["verdict"] == "ok" and j["k"] == 1 and j["ratio"] == 1.0, j
+
+
+def test_inproc_gpu_round_left_out_with_its_abba_pair(monkeypatch):
+    """The GPU started in round 2's active rep of 6 (a cost the paused
+    side never pays: that rep 40% slower here): the point leaves out that
+    round and with it round 3, its ABBA partner, so that the 4 rounds
+    judged still cancel a linear drift (ratio 1 to 1e-5; round 2 alone
+    left out, as before, kept 0.1% of drift in the ratio)."""
+    import time as T
+    import inproc as I
+    import verdict as V
+    import work as W
+    clock, n, count, d = [0.0], [0], 10, 1e-4
+    state = {"mapped": False}
+
+    def call(op, x):
+        # call 1: the warm-up; then rep k is calls 2 + (k-1) count ..
+        # 1 + k count; rep 6 is round 2's active one (paused first in
+        # even rounds)
+        n[0] += 1
+        clock[0] += 1.0 + d * clock[0]
+        if n[0] == 1 + 6 * count:
+            clock[0] += 0.4 * count
+            state["mapped"] = True
+
+    monkeypatch.setattr(W, "call", call)
+    monkeypatch.setattr(W, "maps", lambda: {"backend": ["b"]} if state["mapped"] else {})
+    monkeypatch.setattr(W, "_switch", lambda: None)
+    monkeypatch.setattr(T, "perf_counter", lambda: clock[0])
+    r = W.inproc("dgemm", None, 6, 0.05, 0.0, count=count)
+    assert r["gpu_round"] == 2, r
+    ex = I.left_out(r["gpu_round"], 6)
+    assert ex == [2, 3]
+    j = V.judge_inproc(r["paused"], r["active"], exclude=ex)
+    assert j["k"] == 4 and abs(j["ratio"] - 1) < 1e-5, j
+    alone = V.judge_inproc(r["paused"], r["active"], exclude=[2])
+    assert abs(alone["ratio"] - 1) > 5e-4, alone
+    assert I.left_out(0, 2) == [0] and I.left_out(None, 4) == [] and I.left_out(4, 5) == [4]
