@@ -5,7 +5,8 @@
  * observation afterwards (src/offload/frontend.h shows the order).
  *
  * Nothing happens at load time: the configuration is read at the first
- * call that reaches gpo_run. errno: every wrapper leaves errno as the real
+ * call that reaches gpo_run (or a paused call's gpo_begin); calls of
+ * other threads meanwhile wait for it (gpo__config). errno: every wrapper leaves errno as the real
  * function left it (CPU path) or as the caller had it (GPU path); nothing
  * of ours shows through.
  */
