@@ -158,7 +158,12 @@ def test_no_system_call_per_small_call(tmp_path, op):
         _counts(tmp_path, op, n, strace=True, GPU_OFFLOAD_MEM_MS=3600000)
         calls[n] = _main_thread_syscalls(tmp_path / f"{op}-{n}.strace")
     extra = {k: v - calls[N0].get(k, 0) for k, v in calls[N0 + EXTRA].items()}
-    assert not {k: v for k, v in extra.items() if v}, extra
+    # Per call: a system call made by every call shows EXTRA times (the
+    # defect this guards against made 2 to 13 futex calls a call). One
+    # now and then is not per call: a mutex the main thread found taken
+    # by another thread of the backend at that moment (one futex in 40
+    # calls, seen once on a loaded machine).
+    assert not {k: v for k, v in extra.items() if v >= EXTRA // 4}, extra
 
 
 @pytest.mark.parametrize("op,nth", [("dgemm", 5), ("dgemm", 6), ("dgesv", 5),
