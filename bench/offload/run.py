@@ -24,7 +24,9 @@ process's time limit is capped by it), and says what it skipped:
   short     a short program (a few small calls) pays no CUDA start-up:
             libcuda.so.1 and the backend unmapped at exit, the summary's
             start-up 0 and the trace's 0 starts; forced, the same program
-            does map them (the probe's positive control)
+            does map them (the probe's positive control); then the
+            whole short program's wall time in up to 16 process pairs,
+            plain and at the default level (never slower, cold)
   headline  dgemm/sgemm 8192, solve 4096 (n x n right-hand side), eigh and
             svd 4096: CPU, under `gpu-offload run` at the default level
             (steady state after the GPU start, and the calls before it)

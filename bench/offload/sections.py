@@ -253,8 +253,11 @@ def sec_short(c):
           and r["summary"]["offloaded"] == 0 and r["summary"]["startup_s"] == 0
           and rep["starts"] == 0)
     ctl_ok = bool(cm.get("backend")) and (cm.get("libcuda") or c.quick)
+    walls = short_pairs(c, ops, plain["wall"])
+    j = V.judge(walls["plain"], walls["default"])
     c.res["short"] = {"ok": ok, "control_ok": ctl_ok, "run": r, "trace": rep,
-                      "plain_wall": plain["wall"], "control": ctl}
+                      "plain_wall": plain["wall"], "control": ctl,
+                      "pairs": walls, "judge": j}
     c.note("## A short program pays no CUDA start-up\n\n`%s`\n\n" % r["cmd"] + H.table(
         ["", "short program, default level", "same, forced (control)"],
         [("libcuda.so.1 mapped at exit", mp.get("libcuda"), cm.get("libcuda")),
@@ -266,7 +269,37 @@ def sec_short(c):
         "\n\n%s: %s\n" % ("**PASS**" if ok else "**FAIL**",
                           "no cuInit can have happened (libcuda.so.1 never loaded) and the GPU never started"
                           if ok else "see results.json short") +
-        ("" if ctl_ok else "\n**The control did not map the backend: the probe proves nothing here.**\n"))
+        ("" if ctl_ok else "\n**The control did not map the backend: the probe proves nothing here.**\n") +
+        "\n**Never slower, the whole short program**: %d process pairs, plain and at the "
+        "default level one right after the other (ABBA), wall time of each process "
+        "(python's start, numpy's import, the calls, the exit: what the library adds to "
+        "a short program, its loading and configuration and summary included): "
+        "default / plain %s: %s\n" % (j.get("k", 0), V.spread(j), V.label(j)))
+
+
+# Process pairs of the short program (each a few hundred ms): enough that
+# the median pair resolves a few percent (a process's start varies).
+SHORT_PAIRS = (3, 16)
+
+
+def short_pairs(c, ops, one):
+    """Wall times of the short program in process pairs, plain ("cpu") and
+    at the default level, ABBA order (the plain one first in even pairs),
+    as many as SHORT_PAIRS allows and the budget keeps (each pair about
+    twice `one`, the plain process's wall time)."""
+    want = SHORT_PAIRS[0] if c.quick else SHORT_PAIRS[1]
+    walls = {"plain": [], "default": []}
+    for i in range(want):
+        if c.budget.left() < 4 * max(one or 0, 0.1):
+            break
+        order = ("cpu", "default") if i % 2 == 0 else ("default", "cpu")
+        got = {}
+        for m in order:
+            w = c.work(m, ops, ["--warmup", "0", "--reps", "3"], 120)
+            got[m] = w["wall"] if w["rc"] == 0 else None
+        walls["plain"].append(got["cpu"])
+        walls["default"].append(got["default"])
+    return walls
 
 
 def warm(c, mode, op, n, reps, warmup=1, timeout=None, pre=None, trace=None):

@@ -53,6 +53,13 @@ def test_quick_mode_writes_every_section(quick):
         assert title in md, title
     # The parts whose outcome does not depend on speed hold here too.
     assert res["short"]["ok"] and res["short"]["control_ok"], res["short"]
+    # The short program timed in process pairs: every pair measured, and
+    # judged (speed is the GPU machine's question; here that it ran).
+    sp = res["short"]["pairs"]
+    assert len(sp["plain"]) == len(sp["default"]) >= 3, sp
+    assert all(w and w > 0 for w in sp["plain"] + sp["default"]), sp
+    assert res["short"]["judge"]["k"] == len(sp["plain"]), res["short"]["judge"]
+    assert "Never slower, the whole short program" in md
     assert res["verify"]["ok"], res["verify"]
     assert [h["op"] for h in res["headline"]] == ["dgemm", "sgemm", "solve", "eigh", "svd"]
     assert all(h["runs"]["cpu"]["t"] for h in res["headline"])
