@@ -82,6 +82,12 @@ def journal(env):
             for line in path.read_text().splitlines() if line.strip()]
 
 
+def used_by(env):
+    """The PIDs that created a context or used one (fake journal)."""
+    return {e["pid"] for e in journal(env)
+            if e["ev"] in ("begin", "tick", "end")}
+
+
 def inits(env):
     return [e for e in journal(env) if e["ev"] == "init"]
 

@@ -7,7 +7,6 @@ Everything runs on the fake driver (tests/fakecuda), whose journal records
 every context (begin/end) and every allocation, launch and synchronise
 (tick); tests/lib/journal.py checks exclusivity from it."""
 
-import os
 import re
 import subprocess
 import threading
@@ -16,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from conftest import wrapped_names
-from preloadlib import LIB, T, TIMEOUT, Holder, journal, kv, run
+from preloadlib import LIB, T, TIMEOUT, Holder, journal, kv, run, used_by
 from preloadlib import built, env  # noqa: F401 (fixtures)
 
 REPO = Path(__file__).resolve().parent.parent
@@ -52,10 +51,6 @@ def one(env):
     env["GPUMUTEX_NUM_DEVICES"] = "1"
     return env
 
-
-def used_by(env):
-    return {e["pid"] for e in journal(env)
-            if e["ev"] in ("begin", "tick", "end")}
 
 
 def spans(env):

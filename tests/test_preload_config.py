@@ -11,7 +11,7 @@ import re
 
 import pytest
 
-from preloadlib import T, Holder, assert_caught, grun, inits, journal, kv, run
+from preloadlib import T, Holder, assert_caught, grun, inits, journal, kv, run, used_by
 from preloadlib import built, env  # noqa: F401 (fixtures)
 
 
@@ -91,11 +91,6 @@ def test_unsupported_visible_devices_fail_closed(env, cvd):
     assert "gpumutex: CUDA_VISIBLE_DEVICES" in res.stderr
     assert inits(env) == []
 
-
-def used_by(env):
-    """The PIDs that created a context or used one (fake journal)."""
-    return {e["pid"] for e in journal(env)
-            if e["ev"] in ("begin", "tick", "end")}
 
 
 def test_timeout_and_waiting_message(env):

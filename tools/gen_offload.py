@@ -157,7 +157,7 @@ def gen_wrapper(op, p, scheme, cblas, w):
     # The gate (count.h) is read once: nested calls go straight through
     # paused or not, the others when it is 0 (open, not paused).
     light.append("\tif (t->depth > 0) {")
-    light.append(f"\t\tif ((g & GPO_FAST_SHUT) == 0 && !t->quiet && t->left != 0 &&")
+    light.append("\t\tif ((g & GPO_FAST_SHUT) == 0 && !t->quiet && t->left != 0 &&")
     light.append(f"\t\t    (real = ({name}__real_t)gpo_fast_cached(&{name}__fn, "
                  "__builtin_return_address(0))) != NULL) {")
     light.append("\t\t\tt->n[GPO_R_NESTED]++;")
