@@ -387,6 +387,26 @@ int gpc_sync(void)
 	return gpc_cu.StreamSynchronize(gpc_st.stream) == 0 ? 0 : -1;
 }
 
+int gpc_events_create(gpc_event ev[2])
+{
+	for (int i = 0; i < 2; i++)
+		if (gpc_cu.EventCreate(&ev[i], GPC_EVENT_DISABLE_TIMING) != 0) {
+			ev[i] = NULL;
+			gpc_events_destroy(ev);
+			return -1;
+		}
+	return 0;
+}
+
+void gpc_events_destroy(gpc_event ev[2])
+{
+	for (int i = 0; i < 2; i++) {
+		if (ev[i])
+			(void)gpc_cu.EventDestroy(ev[i]);
+		ev[i] = NULL;
+	}
+}
+
 size_t gpc_esize(char prec, int real_only)
 {
 	size_t s = (prec == 's' || prec == 'c') ? 4 : 8;

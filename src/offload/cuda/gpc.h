@@ -119,6 +119,11 @@ uint64_t gpc_env(const char *name, uint64_t dflt, uint64_t max);
 
 /* Shared by both halves. */
 int gpc_sync(void);                         /* the compute stream; 0/-1 */
+/* The two alternating events of a pipeline (xgemm.c, xsolve.c), without
+ * timing: 0, or -1 with none left (ev[] all NULL). */
+int gpc_events_create(gpc_event ev[2]);
+/* Destroy what gpc_events_create made (NULL entries skipped); ev[] NULL. */
+void gpc_events_destroy(gpc_event ev[2]);
 /* Element size of the precision; real_only: of its real type. */
 size_t gpc_esize(char prec, int real_only);
 /* cudaDataType of the precision (real_only: of its real type). */

@@ -109,23 +109,15 @@ int gpc_panels_start(void)
 				     GPC_PANEL_MIN_BYTES, UINT64_MAX);
 	gpc__pn.min_intensity = gpc_env("GPU_OFFLOAD_CUDA_PANEL_INTENSITY",
 					 GPC_PANEL_MIN_INTENSITY, UINT64_MAX);
-	for (int i = 0; i < 2 && gpc__pn.panels; i++)
-		if (gpc_cu.EventCreate(&gpc__pn.ev[i], GPC_EVENT_DISABLE_TIMING) != 0) {
-			/* No pipeline without its events: the frontend's flow. */
-			gpc__pn.ev[i] = NULL;
-			gpc_panels_stop();
-			break;
-		}
+	/* No pipeline without its events: the frontend's flow. */
+	if (gpc__pn.panels && gpc_events_create(gpc__pn.ev) != 0)
+		gpc_panels_stop();
 	return 0;
 }
 
 void gpc_panels_stop(void)
 {
-	for (int i = 0; i < 2; i++) {
-		if (gpc__pn.ev[i])
-			(void)gpc_cu.EventDestroy(gpc__pn.ev[i]);
-		gpc__pn.ev[i] = NULL;
-	}
+	gpc_events_destroy(gpc__pn.ev);
 	gpc__pn.panels = 0;
 }
 

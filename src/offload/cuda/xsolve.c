@@ -94,23 +94,15 @@ int gpc_solve_start(void)
 	gpc__sv.on = (int)gpc_env("GPU_OFFLOAD_CUDA_SOLVE_PIPE", 1, 1);
 	gpc__sv.min_bytes = gpc_env("GPU_OFFLOAD_CUDA_SOLVE_MIN",
 				    GPC_SOLVE_MIN_BYTES, UINT64_MAX);
-	for (int i = 0; i < 2 && gpc__sv.on; i++)
-		if (gpc_cu.EventCreate(&gpc__sv.ev[i], GPC_EVENT_DISABLE_TIMING) != 0) {
-			/* No pipeline without its events: the frontend's flow. */
-			gpc__sv.ev[i] = NULL;
-			gpc_solve_stop();
-			break;
-		}
+	/* No pipeline without its events: the frontend's flow. */
+	if (gpc__sv.on && gpc_events_create(gpc__sv.ev) != 0)
+		gpc_solve_stop();
 	return 0;
 }
 
 void gpc_solve_stop(void)
 {
-	for (int i = 0; i < 2; i++) {
-		if (gpc__sv.ev[i])
-			(void)gpc_cu.EventDestroy(gpc__sv.ev[i]);
-		gpc__sv.ev[i] = NULL;
-	}
+	gpc_events_destroy(gpc__sv.ev);
 	gpc__sv.on = 0;
 }
 
