@@ -48,7 +48,8 @@ import os
 
 import harness as H
 import verdict as V
-from sweep import MIXED, OPS, FULL, QUICK, SMOKE, WORK, _order, _predict, setup_cost
+from sweep import (MIXED, OPS, FULL, QUICK, SMOKE, WORK, _order, _predict, setup_cost,
+                   verdict_text)
 
 R_MIN, R_MAX = 4, 16
 ENTRY_NS_ASSUMED = 10.0
@@ -357,11 +358,4 @@ def report(c, pts, rep_s, warm_s):
                     "rounds: [q1 .. q3] (min .. max) of k", "entry bound (wrapper calls a rep)",
                     "ratio x bound",
                     "GPU", ""], rows) +
-           "\n\n%s\n" % ("**Every measured point within %.2f (in-process)%s.**" % (
-               V.LIMIT, " (unclear: %s)" % ", ".join(unclear) if unclear else "")
-               if not bad else "**Over %.2f or failed (in-process): %s.**%s" % (
-                   V.LIMIT, ", ".join(bad), " Unclear: %s." % ", ".join(unclear) if unclear else "")) +
-           ("\nWhere nothing ran on the GPU (both sides computed on the CPU: what differs is the "
-            "method's noise and the library's own cost per call) the ratios of the %d points range "
-            "from %.3f to %.3f.\n" % nf if nf else "") +
-           ("\nSkipped: %s.\n" % "; ".join(skipped) if skipped else ""))
+           verdict_text(bad, unclear, nf, skipped, " (in-process)", "ratios"))

@@ -396,6 +396,22 @@ def sec_sweep(c):
     report(c, pts)
 
 
+def verdict_text(bad, unclear, nf, skipped, tag, stat):
+    """The lines under a sweep's table (both modes): the verdict, the
+    spread where nothing ran on the GPU (nf: count, lowest, highest),
+    what was skipped. tag: after the verdict (" (in-process)"); stat:
+    what the spread is of ("medians", "ratios")."""
+    return ("\n\n%s\n" % ("**Every measured point within %.2f%s%s.**" % (
+                V.LIMIT, tag, " (unclear: %s)" % ", ".join(unclear) if unclear else "")
+                if not bad else "**Over %.2f or failed%s: %s.**%s" % (
+                    V.LIMIT, tag, ", ".join(bad),
+                    " Unclear: %s." % ", ".join(unclear) if unclear else "")) +
+            ("\nWhere nothing ran on the GPU (both sides computed on the CPU: what differs is the "
+             "method's noise and the library's own cost per call) the %s of the %d points range "
+             "from %.3f to %.3f.\n" % ((stat,) + tuple(nf)) if nf else "") +
+            ("\nSkipped: %s.\n" % "; ".join(skipped) if skipped else ""))
+
+
 def report(c, pts):
     order = {"mixed": -1, **{op: i for i, op in enumerate(OPS)}}
     pts = sorted(pts, key=lambda p: (order[p.op], p.n, p.kind))
@@ -456,11 +472,4 @@ def report(c, pts):
                V.LIMIT * V.FAR[1], V.LIMIT, c.turn_gap_s, MIXED) +
            H.table(["op", "n", "kind", "CPU", "offloaded", "off/CPU: median [q1 .. q3] (min .. max) of k",
                     "min-of-K", "total", "GPU", ""], rows) +
-           "\n\n%s\n" % ("**Every measured point within %.2f%s.**" % (
-               V.LIMIT, " (unclear: %s)" % ", ".join(unclear) if unclear else "")
-               if not bad else "**Over %.2f or failed: %s.**%s" % (
-                   V.LIMIT, ", ".join(bad), " Unclear: %s." % ", ".join(unclear) if unclear else "")) +
-           ("\nWhere nothing ran on the GPU (both sides computed on the CPU: what differs is the "
-            "method's noise and the library's own cost per call) the medians of the %d points range "
-            "from %.3f to %.3f.\n" % nf if nf else "") +
-           ("\nSkipped: %s.\n" % "; ".join(skipped) if skipped else ""))
+           verdict_text(bad, unclear, nf, skipped, "", "medians"))
