@@ -170,41 +170,31 @@ def gen_wrapper(op, p, scheme, cblas, w):
     light.append("\t\t}")
     light.append(ret_full)
     light.append("\t}")
+    def raised(test, reason):
+        """`if (test && the real function is cached)`: count `reason`,
+        call it with the depth raised, return its result."""
+        light.append(f"\tif ({test} &&")
+        light.append(f"\t    (real = ({name}__real_t)gpo_fast_cached(&{name}__fn, "
+                     "__builtin_return_address(0))) != NULL) {")
+        light.append(f"\t\tt->n[{reason}]++;")
+        light.append("\t\tt->left--;")
+        light.append("\t\tt->depth++;")
+        if ret == "void":
+            light.append(f"\t\t{call};")
+            light.append("\t\tt->depth--;")
+            light.append("\t\treturn;")
+        else:
+            light.append(f"\t\t{ret} lr = {call};")
+            light.append("\t\tt->depth--;")
+            light.append("\t\treturn lr;")
+        light.append("\t}")
     # Not nested: the CPU library's own calls must see the depth raised.
-    light.append(f"\tif (g == 0 && !t->quiet && t->left != 0 && (why = ({why0})) != 0 &&")
-    light.append(f"\t    (real = ({name}__real_t)gpo_fast_cached(&{name}__fn, "
-                 "__builtin_return_address(0))) != NULL) {")
-    light.append("\t\tt->n[why]++;")
-    light.append("\t\tt->left--;")
-    light.append("\t\tt->depth++;")
-    if ret == "void":
-        light.append(f"\t\t{call};")
-        light.append("\t\tt->depth--;")
-        light.append("\t\treturn;")
-    else:
-        light.append(f"\t\t{ret} lr = {call};")
-        light.append("\t\tt->depth--;")
-        light.append("\t\treturn lr;")
-    light.append("\t}")
+    raised(f"g == 0 && !t->quiet && t->left != 0 && (why = ({why0})) != 0", "why")
     # Paused (src/offload/pause.c), gate otherwise open: any call, of
     # any size, is the CPU library's (no copy engine), counted paused,
     # the depth raised as above. After the active test, which it costs
     # nothing: a call that passes that one never gets here.
-    light.append("\tif (g == GPO_FAST_PAUSED && !t->quiet && t->left != 0 &&")
-    light.append(f"\t    (real = ({name}__real_t)gpo_fast_cached(&{name}__fn, "
-                 "__builtin_return_address(0))) != NULL) {")
-    light.append("\t\tt->n[GPO_R_PAUSED]++;")
-    light.append("\t\tt->left--;")
-    light.append("\t\tt->depth++;")
-    if ret == "void":
-        light.append(f"\t\t{call};")
-        light.append("\t\tt->depth--;")
-        light.append("\t\treturn;")
-    else:
-        light.append(f"\t\t{ret} lr = {call};")
-        light.append("\t\tt->depth--;")
-        light.append("\t\treturn lr;")
-    light.append("\t}")
+    raised("g == GPO_FAST_PAUSED && !t->quiet && t->left != 0", "GPO_R_PAUSED")
     light.append(ret_full.replace("\t\t", "\t"))
     light.append("}")
     w.append("\n".join(light) + "\n")
