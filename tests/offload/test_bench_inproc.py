@@ -16,6 +16,7 @@ import ofront as F  # noqa: E402
 REPO = str(F.REPO)
 sys.path.insert(0, os.path.join(REPO, "bench", "offload"))
 import harness as H  # noqa: E402
+from benchstub import HarnessStub  # noqa: E402
 
 pytestmark = pytest.mark.skipif(not F.HAVE_NUMPY, reason="needs python3-numpy")
 
@@ -100,7 +101,8 @@ def test_inproc_sweep_plan_keeps_to_the_h200_budget(monkeypatch, tmp_path):
 
     monkeypatch.setattr(H, "run", fake_run)
 
-    class Ctx:
+    class Ctx(HarnessStub):
+        PREFIX = ("gpu-offload", "run", "--")
         quick = smoke = False
         sweep_sizes = None
         fresh_max, max_call_s, turn_gap_s, py = 1024, 30.0, 0.2, "python3"
@@ -109,15 +111,6 @@ def test_inproc_sweep_plan_keeps_to_the_h200_budget(monkeypatch, tmp_path):
 
         def note(self, t):
             self.md.append(t)
-
-        def prefix(self, mode, trace=None):
-            return ["gpu-offload", "run", "--"]
-
-        def env(self, mode, extra=None):
-            return {}
-
-        def keys(self, mode, extra=None):
-            return []
 
     import sweep as W
     c = Ctx()
@@ -231,7 +224,8 @@ def test_inproc_rounds_cancel_a_linear_drift(monkeypatch, tmp_path):
     monkeypatch.setattr(H, "run", fake_run)
     for quick, total, rounds in ((True, 550, None), (False, 550, None), (False, 120, None),
                                  (False, 40, None), (True, 550, 7), (False, 550, 15)):
-        class Ctx:
+        class Ctx(HarnessStub):
+            PREFIX = ("gpu-offload", "run", "--")
             smoke = False
             sweep_sizes = [16, 48, 512, 4096]
             fresh_max, max_call_s, turn_gap_s, py = 1024, 30.0, 0.2, "python3"
@@ -241,14 +235,6 @@ def test_inproc_rounds_cancel_a_linear_drift(monkeypatch, tmp_path):
             def note(self, t):
                 pass
 
-            def prefix(self, mode, trace=None):
-                return ["gpu-offload", "run", "--"]
-
-            def env(self, mode, extra=None):
-                return {}
-
-            def keys(self, mode, extra=None):
-                return []
         c = Ctx()
         c.quick, c.sweep_rounds, c.res = quick, rounds, {}
         c.budget = H.Budget(total)
@@ -279,18 +265,9 @@ def test_inproc_point_without_a_summary_is_an_error_not_a_bound_of_0(monkeypatch
             return 0, json.dumps({"results": [{"inproc": res}]}) + "\n", err, 1.0
         monkeypatch.setattr(H, "run", fake_run)
 
-        class Ctx:
+        class Ctx(HarnessStub):
             entry_ns = 10.0
             py = "python3"
-
-            def prefix(self, mode, trace=None):
-                return []
-
-            def env(self, mode, extra=None):
-                return {}
-
-            def keys(self, mode, extra=None):
-                return []
         c = Ctx()
         c.budget = H.Budget(100)
         p = I.Point("dgemm", 16)

@@ -15,6 +15,7 @@ import ofront as F  # noqa: E402
 REPO = str(F.REPO)
 sys.path.insert(0, os.path.join(REPO, "bench", "offload"))
 import harness as H  # noqa: E402
+from benchstub import HarnessStub  # noqa: E402
 import verdict as V  # noqa: E402
 
 pytestmark = pytest.mark.skipif(not F.HAVE_NUMPY, reason="needs python3-numpy")
@@ -364,7 +365,7 @@ def test_sweep_plan_keeps_to_its_budget(monkeypatch):
     def start(n):
         return 0.3 + 4 * n * n * 8 / 1e9
 
-    class Ctx:
+    class Ctx(HarnessStub):
         quick = smoke = False
         sweep_sizes = None
         fresh_max, max_call_s, turn_gap_s, py = 1024, 30.0, 0.2, "python3"
@@ -385,15 +386,6 @@ def test_sweep_plan_keeps_to_its_budget(monkeypatch):
             return {"rc": 0, "json": {"results": [{"loop_s": loop, "count": count}]},
                     "wall": start(int(n)) + loop, "other": [], "cmd": "x",
                     "summary": {"offloaded": 0, "startup_s": 0.0, "reasons": {}, "seen": count}}
-
-        def prefix(self, mode, trace=None):
-            return []
-
-        def env(self, mode, extra=None):
-            return {}
-
-        def keys(self, mode, extra=None):
-            return []
 
     class Served:
         def __init__(self, mode, spec):
