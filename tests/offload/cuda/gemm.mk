@@ -7,7 +7,7 @@
 
 GEMMP_SAVED_GOAL := $(.DEFAULT_GOAL)
 
-$(B)/tests/offload/gemmpipe: tests/offload/cuda/gemmpipe.c
+$(B)/tests/offload/gemmpipe: tests/offload/cuda/gemmpipe.c tests/offload/cuda/pipeval.h
 	@mkdir -p $(@D)
 	$(CC) $(WARN) $(CFLAGS) -o $@ $< -Wl,--no-as-needed -l:libblas.so.3 -lm
 

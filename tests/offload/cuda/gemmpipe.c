@@ -20,6 +20,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "pipeval.h"
+
 typedef void gemm_fn(const char *, const char *, const int *, const int *,
 		     const int *, const void *, const void *, const int *,
 		     const void *, const int *, const void *, void *,
@@ -36,31 +38,6 @@ void cgemm_(const char *, const char *, const int *, const int *, const int *,
 void zgemm_(const char *, const char *, const int *, const int *, const int *,
 	    const void *, const void *, const int *, const void *, const int *,
 	    const void *, void *, const int *);
-
-static char P;
-static size_t ES;
-static int CPLX;
-static const unsigned char SENT = 0xa5;
-
-static double complex ld(const char *m, int64_t i)
-{
-	switch (P) {
-	case 's': return ((const float *)(const void *)m)[i];
-	case 'd': return ((const double *)(const void *)m)[i];
-	case 'c': return ((const float complex *)(const void *)m)[i];
-	default: return ((const double complex *)(const void *)m)[i];
-	}
-}
-
-static void st(char *m, int64_t i, double complex v)
-{
-	switch (P) {
-	case 's': ((float *)(void *)m)[i] = (float)creal(v); break;
-	case 'd': ((double *)(void *)m)[i] = creal(v); break;
-	case 'c': ((float complex *)(void *)m)[i] = (float complex)v; break;
-	default: ((double complex *)(void *)m)[i] = v; break;
-	}
-}
 
 /* rows x cols with ld = rows + pad: small integers, the sentinel between. */
 static char *mat(int rows, int cols, int ldm, int seed)

@@ -13,7 +13,7 @@ $(B)/tests/offload/libsolve64.so: tests/offload/cuda/solve64.c
 	$(CC) $(WARN) $(CFLAGS) -fPIC -shared -Wl,-soname,$(@F) -o $@ $< \
 	    -Wl,--no-as-needed -l:liblapack.so.3
 
-$(B)/tests/offload/solvepipe: tests/offload/cuda/solvepipe.c $(B)/tests/offload/libsolve64.so
+$(B)/tests/offload/solvepipe: tests/offload/cuda/solvepipe.c tests/offload/cuda/pipeval.h $(B)/tests/offload/libsolve64.so
 	$(CC) $(WARN) $(CFLAGS) -o $@ $< -L$(B)/tests/offload \
 	    -Wl,--no-as-needed -l:libsolve64.so -l:liblapack.so.3 -lm \
 	    -Wl,-rpath,'$$ORIGIN'

@@ -29,6 +29,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "pipeval.h"
+
 #define DECL(P, T)                                                             \
 	void P##gesv_(const int *, const int *, T *, const int *, int *, T *,  \
 		      const int *, int *);                                     \
@@ -44,31 +46,6 @@ DECL(s, float)
 DECL(d, double)
 DECL(c, float complex)
 DECL(z, double complex)
-
-static char P;
-static size_t ES;
-static int CPLX;
-static const unsigned char SENT = 0xa5;
-
-static double complex ld(const char *m, int64_t i)
-{
-	switch (P) {
-	case 's': return ((const float *)(const void *)m)[i];
-	case 'd': return ((const double *)(const void *)m)[i];
-	case 'c': return ((const float complex *)(const void *)m)[i];
-	default: return ((const double complex *)(const void *)m)[i];
-	}
-}
-
-static void st(char *m, int64_t i, double complex v)
-{
-	switch (P) {
-	case 's': ((float *)(void *)m)[i] = (float)creal(v); break;
-	case 'd': ((double *)(void *)m)[i] = creal(v); break;
-	case 'c': ((float complex *)(void *)m)[i] = (float complex)v; break;
-	default: ((double complex *)(void *)m)[i] = v; break;
-	}
-}
 
 /* A nonzero entry from a small set, by position and seed. */
 static double pick(const double *set, int nset, int64_t i, int64_t j, int seed)
