@@ -398,6 +398,19 @@ int gpc_events_create(gpc_event ev[2])
 	return 0;
 }
 
+int gpc_host_settle(int rc, int *failed)
+{
+	if (rc == GPO_BE_UNSUPPORTED) {
+		rc = -1;
+		*failed = GPO_BE_STEP_KERNEL;
+	}
+	if (gpc_sync() != 0 && rc == 0) {
+		rc = -1;
+		*failed = GPO_BE_STEP_KERNEL;
+	}
+	return rc;
+}
+
 void gpc_events_destroy(gpc_event ev[2])
 {
 	for (int i = 0; i < 2; i++) {

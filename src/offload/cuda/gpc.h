@@ -124,6 +124,13 @@ int gpc_sync(void);                         /* the compute stream; 0/-1 */
 int gpc_events_create(gpc_event ev[2]);
 /* Destroy what gpc_events_create made (NULL entries skipped); ev[] NULL. */
 void gpc_events_destroy(gpc_event ev[2]);
+/* The end of a run_host pipeline (xgemm.c, xsolve.c) that returned rc,
+ * before its buffers go back: GPO_BE_UNSUPPORTED from inside the pipeline
+ * (an entry point found missing once a kernel may be queued) is a failure
+ * of the kernel step; then the compute stream is waited for, so that no
+ * kernel outlives the call (a failing wait fails it too). Returns the
+ * call's rc (0 or -1), *failed set to the step when it fails there. */
+int gpc_host_settle(int rc, int *failed);
 /* Element size of the precision; real_only: of its real type. */
 size_t gpc_esize(char prec, int real_only);
 /* cudaDataType of the precision (real_only: of its real type). */

@@ -361,18 +361,11 @@ int gpc_gemm_host(struct gpo_kernel *k, struct gpo_hostcall *h)
 				     (uint64_t)p.c->cols);
 		rc = gpc__pipeline(&p, &step);
 		h->failed = step;
-		if (rc == GPO_BE_UNSUPPORTED) {
-			/* cuBLAS lacks the entry point: a failure here, as
-			 * panel 0 may be computed already. */
-			rc = -1;
-			h->failed = GPO_BE_STEP_KERNEL;
-		}
 	}
-	/* No kernel may outlive the call: its buffers go back to the pool. */
-	if (gpc_sync() != 0 && rc == 0) {
-		rc = -1;
-		h->failed = GPO_BE_STEP_KERNEL;
-	}
+	/* cuBLAS lacking the entry point fails the call (panel 0 may be
+	 * computed already); no kernel outlives it: its buffers go back to
+	 * the pool. */
+	rc = gpc_host_settle(rc, &h->failed);
 	if (p.dc)
 		gpc_pool_free(p.dc);
 	if (p.db)

@@ -321,19 +321,11 @@ int gpc_solve_host(struct gpo_kernel *k, struct gpo_hostcall *h)
 			gpc_prefault(s.p->host, gpc__span(s.p), gpc__span(s.p), 1);
 		rc = gpc__pipeline(&s, &step);
 		h->failed = step;
-		if (rc == GPO_BE_UNSUPPORTED) {
-			/* A name went missing after the plan looked: a
-			 * failure here, as a kernel may be queued already. */
-			rc = -1;
-			h->failed = GPO_BE_STEP_KERNEL;
-		}
 	}
-	/* No kernel may outlive the call: then its workspace and buffers go
-	 * back to the pool. */
-	if (gpc_sync() != 0 && rc == 0) {
-		rc = -1;
-		h->failed = GPO_BE_STEP_KERNEL;
-	}
+	/* A name that went missing after the plan looked fails the call (a
+	 * kernel may be queued already); no kernel outlives it: then its
+	 * workspace and buffers go back to the pool. */
+	rc = gpc_host_settle(rc, &h->failed);
 	gpc_ws_put(&s.ws);
 	if (s.dp)
 		gpc_pool_free(s.dp);
