@@ -39,7 +39,9 @@ void gpo_quiet(int on)
 
 int gpo_verify_mode;
 static double gpo__min_flops = 1e6;
-static int gpo__config_state;   /* 0 unread, 1 being read, 2 read */
+/* 1 once the configuration is read: the calls' check before pthread_once
+ * (which keeps the reading itself to one thread). */
+static int gpo__config_done;
 static pthread_once_t gpo__config_once = PTHREAD_ONCE_INIT;
 double gpo_fast_min, gpo_fast_copy_min;
 
@@ -51,7 +53,6 @@ static void gpo__config_read(void)
 	uint64_t v;
 
 	gpo_tls.cfg = 1;
-	__atomic_store_n(&gpo__config_state, 1, __ATOMIC_RELAXED);
 	s = getenv("GPU_OFFLOAD_MIN_FLOPS");
 	if (s && *s) {
 		if (gm_parse_uint(s, 10, UINT64_MAX, &v) == 0)
@@ -68,7 +69,7 @@ static void gpo__config_read(void)
 	gpo_fast_min = gpo__min_flops;
 	gpo_fast_copy_min = (double)gpo_pcopy_min_n < gpo__min_flops ?
 			    (double)gpo_pcopy_min_n : gpo__min_flops;
-	__atomic_store_n(&gpo__config_state, 2, __ATOMIC_RELEASE);
+	__atomic_store_n(&gpo__config_done, 1, __ATOMIC_RELEASE);
 	if (gpo__min_flops > 0 && !gpo__secure())
 		gpo_fast_allow(GPO_FAST_CONFIG);
 	gpo_tls.cfg = 0;
@@ -86,7 +87,7 @@ static void gpo__config_read(void)
  */
 static void gpo__config(void)
 {
-	if (__atomic_load_n(&gpo__config_state, __ATOMIC_ACQUIRE) == 2 ||
+	if (__atomic_load_n(&gpo__config_done, __ATOMIC_ACQUIRE) ||
 	    gpo_tls.cfg)
 		return;
 	pthread_once(&gpo__config_once, gpo__config_read);
