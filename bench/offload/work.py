@@ -47,12 +47,17 @@ loaded) both sides are the same plain calls, and "switch" says so.
 
 OPs: dgemm sgemm (A @ B), solve (A X = B, B n x n), eigh, svd (full
 matrices: gesdd), cholesky, dgemm32 (the Fortran dgemm_ with 32-bit
-integers through ctypes' global lookup: what NVBLAS intercepts), mixed
-(one round of many small calls of every kind; N is ignored).
+integers through ctypes' global lookup: what NVBLAS intercepts), qr,
+inv, gemv (a vector times the n x n matrix), mixed (one round of many
+small calls of every kind; N is ignored).
+
+BENCH_INPROC_CONTROL=1 with --inproc: the method's control (A/A), both
+sides paused, so that the ratio shows the method's own bias.
 """
 import argparse
 import ctypes
 import json
+import os
 import sys
 import time
 
@@ -76,8 +81,12 @@ def inputs(op, n):
         a = (a + a.T) / 2
         a += n * np.eye(n)
         return (a,)
-    if op == "svd":
+    if op in ("svd", "qr"):
         return (a,)
+    if op == "inv":
+        return (a + n * np.eye(n),)
+    if op == "gemv":
+        return (a[0].copy(), a)
     raise SystemExit("work.py: unknown op %s" % op)
 
 
@@ -103,6 +112,12 @@ def call(op, x):
         return np.linalg.svd(x[0])
     if op == "cholesky":
         return np.linalg.cholesky(x[0])
+    if op == "qr":
+        return np.linalg.qr(x[0])
+    if op == "inv":
+        return np.linalg.inv(x[0])
+    if op == "gemv":
+        return x[0] @ x[1]
     if op == "dgemm32":
         a, b = x
         n = a.shape[0]
@@ -167,6 +182,9 @@ def inproc(op, x, rounds, rep_s, warm_s, count=None):
     """--inproc: warm-up, the count, then `rounds` ABBA rounds of one
     paused and one active rep (module docstring)."""
     sw = _switch()
+    # BENCH_INPROC_CONTROL=1: the control of the method itself (A/A): the
+    # "active" reps paused too, so the ratio shows the method's own bias.
+    control = os.environ.get("BENCH_INPROC_CONTROL") == "1"
 
     def pause(on):
         if sw:
@@ -204,13 +222,13 @@ def inproc(op, x, rounds, rep_s, warm_s, count=None):
             t += rep(more)
             calib += more
         count = max(1, int(round(rep_s / (t / calib))))
-    out = {"switch": sw is not None, "count": count, "warm_calls": warm,
+    out = {"switch": sw is not None, "control": control, "count": count, "warm_calls": warm,
            "warm_s": warm_t, "gpu_after_warm": gpu, "calib_calls": calib,
            "paused": [], "active": [], "first": [], "gpu_round": None}
     for r in range(rounds):
         order = ("paused", "active") if r % 2 == 0 else ("active", "paused")
         for side in order:
-            pause(side == "paused")
+            pause(side == "paused" or control)
             out[side].append(rep(count))
             if side == "active" and not gpu and out["gpu_round"] is None:
                 gpu = bool(maps().get("backend"))

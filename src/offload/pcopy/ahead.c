@@ -8,6 +8,7 @@
 #define _GNU_SOURCE
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 #include <sys/mman.h>
 
 #include "ahead.h"
@@ -59,6 +60,40 @@ static int gpo__pop_supported(void)
 }
 
 /*
+ * glibc's malloc gives a large buffer (numpy's linearization buffer) a
+ * mapping of its own, with the chunk's header at the mapping's first
+ * byte: prev_size 0, then the size with IS_MMAPPED (2) as its only flag,
+ * the pointer 16 bytes (two size_t) after it. The kernel may merge that
+ * mapping with an anonymous neighbour, and /proc/self/maps then shows
+ * one mapping that begins below the buffer (the steady state of a loop
+ * of solves: the freed buffer's hole is refilled next to the last
+ * call's result). When the run's first byte p is such a pointer inside
+ * [vlo, vhi), *clo and *chi are the chunk's own mapping: a hint on
+ * exactly it splits the merged mapping where the program's own mappings
+ * meet, as numpy's own hint on its arrays does, and realloc's mremap of
+ * the chunk stays inside one mapping. 0 when found; -1 when not (another
+ * allocator, or the program's own mmap: only the mapping's first page
+ * then tells that the buffer is the mapping). The header lies in p's own
+ * page, which the run writes: it is mapped and readable.
+ */
+static int gpo__chunk(uintptr_t p, uintptr_t vlo, uintptr_t vhi,
+		      uintptr_t *clo, uintptr_t *chi)
+{
+	uintptr_t c = p - 2 * sizeof(size_t);
+	size_t head[2];
+
+	if (p < vlo + 2 * sizeof(size_t) || (c & 4095))
+		return -1;
+	memcpy(head, (const void *)c, sizeof head);
+	if (head[0] != 0 || (head[1] & 4095) != 2 ||
+	    head[1] < 2 * GPO_AHEAD_REGION || head[1] - 2 > vhi - c)
+		return -1;
+	*clo = c;
+	*chi = c + (head[1] - 2);
+	return 0;
+}
+
+/*
  * A gather (contiguous destination [lo, hi)): numpy writes it into a
  * buffer it has just malloc'd, so every page is faulted in by the copy,
  * 4 KiB at a time, and the engine's threads fault in parallel into one
@@ -80,12 +115,15 @@ static int gpo__pop_supported(void)
  * resident (mincore: nothing there was ever written):
  *
  * - once per run, MADV_HUGEPAGE, the hint numpy gives its own large
- *   arrays, on the WHOLE mapping, so that it is faulted in 2 MiB at a
- *   time and stays one mapping (a sub-range would split it, and mremap
- *   of a range over two mappings fails); only when the run began in the
- *   mapping's first page (the buffer is the mapping: malloc's mmap'd
- *   chunk), never the heap. Only a hint: the kernel may ignore it (THP
- *   "never", prctl PR_SET_THP_DISABLE), content is never touched.
+ *   arrays, on the buffer's WHOLE mapping, so that it is faulted in 2 MiB
+ *   at a time and the program's mapping stays one (a sub-range would
+ *   split it, and mremap of a range over two mappings fails): malloc's
+ *   mmap'd chunk where its header says so (gpo__chunk: also when the
+ *   kernel merged it with a neighbour, which is then left alone, and
+ *   nothing is populated past the chunk), else the whole mapping when
+ *   the run began in its first page; never the heap. Only a hint: the
+ *   kernel may ignore it (THP "never", prctl PR_SET_THP_DISABLE),
+ *   content is never touched.
  * - those regions are populated by the engine's threads at once
  *   (gpo__populate), so that no copy job waits for a huge page to be
  *   zeroed by one of its threads while the others wait at the join.
@@ -99,7 +137,7 @@ void gpo_ahead(uintptr_t lo, uintptr_t hi, int t)
 {
 	/* static: under the job lock, and the caller's stack may be small */
 	static unsigned char vec[GPO__AHEAD * (GPO_AHEAD_REGION / 4096)];
-	uintptr_t up, from, end, vlo, vhi;
+	uintptr_t up, from, end, vlo, vhi, clo, chi;
 	size_t i, n;
 	int heap;
 
@@ -128,6 +166,20 @@ void gpo_ahead(uintptr_t lo, uintptr_t hi, int t)
 		R.done = UINTPTR_MAX;
 		return;
 	}
+	/* The buffer's own mapping where malloc's header tells it (a merged
+	 * neighbour is then neither advised nor populated), else the
+	 * mapping's, advised only when the run began in its first page. */
+	if (!heap && gpo__chunk(R.run_first, vlo, vhi, &clo, &chi) == 0) {
+		if (hi > chi) {
+			R.done = UINTPTR_MAX;
+			return;
+		}
+		vhi = chi;
+	} else {
+		clo = vlo;
+		if (R.run_first - vlo >= 4096)
+			clo = 0;        /* not the buffer's own: no hint */
+	}
 	R.top = vhi & ~(GPO_AHEAD_REGION - 1);
 	if (end > R.top)
 		end = R.top;
@@ -143,8 +195,8 @@ void gpo_ahead(uintptr_t lo, uintptr_t hi, int t)
 		R.done = UINTPTR_MAX;   /* the program's pages: the run */
 		return;                 /* is left as it is */
 	}
-	if (!R.hinted && !heap && R.run_first - vlo < 4096) {
-		(void)madvise((void *)vlo, vhi - vlo, MADV_HUGEPAGE);
+	if (!R.hinted && !heap && clo) {
+		(void)madvise((void *)clo, vhi - clo, MADV_HUGEPAGE);
 		R.hinted = 1;
 	}
 	if (t < 2 || !gpo__pop_supported())

@@ -11,6 +11,14 @@
  *                    address and gathered again (numpy's next call)
  *   pchuge file      a shared mapping of a new file (never populated
  *                    beyond what the gather writes)
+ *   pchuge merged    malloc's own mapping of a large buffer (numpy's
+ *                    linearization buffer), with an anonymous mapping
+ *                    placed right below and right above it, which the
+ *                    kernel merges with it into one mapping
+ *   pchuge merged-header  the same layout made by hand: neighbours on
+ *                    both sides, the header as malloc writes it
+ *   pchuge merged-own  the program's own mapping, a neighbour merged
+ *                    below it (nothing tells where its mapping begins)
  *   pchuge vma       gpo_pcopy_anon_vma on kinds of memory: one line
  *                    "vma KIND RESULT" each (RESULT 0 with the exact
  *                    bounds, -1 not private anonymous, BAD wrong bounds)
@@ -18,7 +26,10 @@
  * Prints "pchuge: K advised A of B MiB, rss R MiB, C checks, F failed",
  * where A is the MiB of the destination's VMAs flagged hg and R their
  * resident MiB (the gather writes 8; more: populated ahead); exits 1 if a
- * byte was wrong. The test (test_pcopy.py) decides what A and R must be.
+ * byte was wrong. The merged kinds print before it "neighbours: merged
+ * M, advised A MiB, rss R MiB" (M: 1 when the kernel merged them with
+ * the destination before the gather). The test (test_pcopy.py) decides
+ * what A and R must be.
  */
 #define _GNU_SOURCE
 #include <stdint.h>
@@ -142,6 +153,125 @@ static int vmas(void)
 	return 0;
 }
 
+#define NEIGHBOUR ((size_t)8 << 20)
+
+/* The start of the mapping that holds p (0: not found). */
+static uintptr_t mapping_start(uintptr_t p)
+{
+	FILE *f = fopen("/proc/self/maps", "r");
+	char line[512];
+	unsigned long a, b;
+	uintptr_t at = 0;
+
+	while (f && fgets(line, sizeof line, f))
+		if (sscanf(line, "%lx-%lx ", &a, &b) == 2 && p >= a && p < b)
+			at = a;
+	if (f)
+		fclose(f);
+	return at;
+}
+
+/* Resident MiB of [p, p + len) (page-aligned), by mincore: whatever
+ * mappings the kernel merged it into. */
+static double resident(const char *p, size_t len)
+{
+	static unsigned char vec[(64 << 20) / 4096];
+	size_t pg = (size_t)sysconf(_SC_PAGESIZE), n = len / pg, k = 0;
+
+	if (n > sizeof vec || mincore((void *)p, len, vec) != 0)
+		return -1;
+	for (size_t i = 0; i < n; i++)
+		k += vec[i] & 1;
+	return (double)(k * pg) / (1 << 20);
+}
+
+/* Anonymous private memory of NEIGHBOUR bytes at exactly `at`, or NULL. */
+static char *neighbour(uintptr_t at)
+{
+	void *p = mmap((void *)at, NEIGHBOUR, PROT_READ | PROT_WRITE,
+		       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (p != MAP_FAILED && p != (void *)at) {
+		munmap(p, NEIGHBOUR);
+		return NULL;
+	}
+	return p == MAP_FAILED ? NULL : p;
+}
+
+/* The source matrix, every element known (gather checks them). */
+static double *source(void)
+{
+	double *src = malloc(sizeof(double) * N * N);
+
+	for (size_t i = 0; src && i < (size_t)N * N; i++)
+		src[i] = (double)i * 0.5 + 1;
+	return src;
+}
+
+/*
+ * pchuge merged / merged-header / merged-own: the destination with
+ * neighbours merged into its mapping, the gather, then the destination's
+ * and the neighbours' flags and residence. merged: malloc's own mapping
+ * (the chunk: its first page to the page after its end) and a neighbour
+ * mapped right below it, before the source is allocated (so that the
+ * address is free: mappings are placed downwards). merged-header: one
+ * mapping of a neighbour, the chunk and another neighbour, the chunk's
+ * header written as malloc writes it (prev_size 0, size | IS_MMAPPED),
+ * so that both sides are certain. merged-own: the program's own mapping
+ * and a neighbour below, no header.
+ */
+static int merged(const char *kind)
+{
+	size_t pg = (size_t)sysconf(_SC_PAGESIZE), len;
+	uintptr_t lo;
+	double *dst, *src, mib, rss, nmib, nrss, x;
+	char *below = NULL, *above = NULL;
+	int joined;
+
+	len = DST_BYTES + pg;
+	if (!strcmp(kind, "merged-header")) {
+		char *m = mmap(NULL, len + 2 * NEIGHBOUR, PROT_READ | PROT_WRITE,
+			       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+		if (m == MAP_FAILED)
+			return 2;
+		below = m;
+		lo = (uintptr_t)m + NEIGHBOUR;
+		above = (char *)lo + len;
+		((size_t *)lo)[0] = 0;
+		((size_t *)lo)[1] = len | 2;
+		dst = (double *)(lo + 2 * sizeof(size_t));
+	} else if (!strcmp(kind, "merged-own")) {
+		dst = map(NULL);
+		lo = (uintptr_t)dst;
+		len = DST_BYTES;
+		below = dst ? neighbour(lo - NEIGHBOUR) : NULL;
+	} else {
+		dst = malloc(DST_BYTES);
+		lo = (uintptr_t)dst & ~(uintptr_t)(pg - 1);
+		len = ((uintptr_t)dst + DST_BYTES + pg - 1 - lo) & ~(pg - 1);
+		below = dst ? neighbour(lo - NEIGHBOUR) : NULL;
+	}
+	if (!dst || !below || !(src = source()))
+		return 2;
+	joined = mapping_start(lo) < lo;
+	gather(src, dst);
+	nmib = advised((uintptr_t)below, NEIGHBOUR, &x);
+	nrss = resident(below, NEIGHBOUR);
+	if (above) {
+		nmib += advised((uintptr_t)above, NEIGHBOUR, &x);
+		nrss += resident(above, NEIGHBOUR);
+	}
+	mib = advised(lo, len, &x);
+	rss = resident((const char *)lo, len);
+	printf("neighbours: merged %d, advised %.0f MiB, rss %.1f MiB\n",
+	       joined, nmib, nrss);
+	printf("pchuge: %s advised %.0f of %zu MiB, rss %.1f MiB, %d checks, %d failed\n",
+	       kind, mib, len >> 20, rss, checks, failed);
+	if (!strcmp(kind, "merged"))
+		free(dst);
+	free(src);
+	return failed ? 1 : 0;
+}
+
 int main(int argc, char **argv)
 {
 	const char *kind = argc > 1 ? argv[1] : "fresh";
@@ -157,11 +287,10 @@ int main(int argc, char **argv)
 		if (!t || (fd = dup(fileno(t))) < 0 || ftruncate(fd, DST_BYTES) != 0)
 			return 2;
 	}
-	src = malloc(sizeof(double) * N * N);
-	if (!src || !(dst = map(NULL)))
+	if (!strncmp(kind, "merged", 6))
+		return merged(kind);
+	if (!(src = source()) || !(dst = map(NULL)))
 		return 2;
-	for (size_t i = 0; i < (size_t)N * N; i++)
-		src[i] = (double)i * 0.5 + 1;
 	if (!strcmp(kind, "touched"))
 		memset(dst, 0x5a, DST_BYTES);
 	gather(src, dst);
