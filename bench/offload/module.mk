@@ -45,3 +45,24 @@ $(B)/bench/entry_cost: bench/offload/entry_cost.c
 	@mkdir -p $(@D)
 	$(CC) $(WARN) $(CFLAGS) -o $@ $< -ldl
 all: $(B)/bench/entry_cost
+
+# What the decision costs a call kept on the CPU (bench/offload/decide_cost.c
+# on a dgemm_ that returns at once, decide_stub.c): paused against active
+# in one process, without a profile and with the H200 one.
+$(B)/bench/libdecidestub.so: bench/offload/decide_stub.c
+	@mkdir -p $(@D)
+	$(CC) $(WARN) $(CFLAGS) -shared -fPIC -o $@ $<
+$(B)/bench/decide_cost: bench/offload/decide_cost.c $(B)/bench/libdecidestub.so
+	@mkdir -p $(@D)
+	$(CC) $(WARN) $(CFLAGS) -o $@ $< -L$(B)/bench -ldecidestub \
+	    -Wl,-rpath,'$$ORIGIN' -ldl
+all: $(B)/bench/decide_cost
+
+.PHONY: bench-offload-decide
+bench-offload-decide: all
+	@for p in none docs/profile-h200.txt; do \
+	    echo "== GPU_OFFLOAD_PROFILE=$$p"; \
+	    GPU_OFFLOAD_PROFILE=$$p GPU_OFFLOAD_LIBRARY=$(B)/bench/libdecidestub.so \
+	    GPU_OFFLOAD_BACKEND=$(B)/libgpuoffload-test.so \
+	    LD_PRELOAD=$(CURDIR)/$(B)/libgpuoffload.so $(B)/bench/decide_cost 128; \
+	done

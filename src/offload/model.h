@@ -30,6 +30,11 @@ const struct gpo_level *gpo_level_get(int level);
 
 struct gpo_opstate {
 	double corr[2];        /* observed / predicted, per device */
+	double lncorr[2];      /* ln corr[]: the learning step's own */
+	/* The last interpolation per device (work, speed): a program's loop
+	 * asks the same size again, and the decision and the learning step
+	 * of one call ask it twice; ln and exp are then not taken again. */
+	double memo_w[2], memo_speed[2];
 	uint32_t since_cpu;    /* offloadable calls since a CPU observation */
 	uint8_t cpu_seen;      /* the CPU time was observed at least once */
 	uint8_t looked;        /* curve[] looked up */
@@ -96,5 +101,9 @@ double gpo_exp(double x);
 /* The curve's speed at `work` flops: log-log interpolation between the
  * points, held flat outside them. */
 double gpo_curve_speed(const struct gpo_curve *cv, double work);
+
+/* The curve's ln of its points, for gpo_curve_speed: once its points are
+ * set (the policy, on the profile it loaded). */
+void gpo_curve_prepare(struct gpo_curve *cv);
 
 #endif

@@ -35,6 +35,13 @@ struct gpo_curve {
 	int n;
 	double work[GPO_CURVE_MAX]; /* flops, increasing, > 0 */
 	double speed[GPO_CURVE_MAX];/* flops per second, > 0 */
+	/* ln of work[] and speed[], by gpo_curve_prepare (model.h: the
+	 * policy prepares the profile it loaded), so that an interpolation on
+	 * the per-call path costs one ln and one exp; ln_ready 0 (the reader
+	 * leaves it so): gpo_curve_speed takes them as it goes. */
+	int ln_ready;
+	double lnwork[GPO_CURVE_MAX];
+	double lnspeed[GPO_CURVE_MAX];
 };
 
 struct gpo_profile {

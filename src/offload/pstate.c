@@ -154,9 +154,11 @@ void gpo_pol_init(void)
 		/* no profile on purpose (calibration's forced passes) */
 	} else if (gpo_profile_path(path, sizeof path) == 0) {
 		int rc = gpo_profile_load(path, &gpo_pol.prof, err, sizeof err);
-		if (rc == 0)
+		if (rc == 0) {
 			gpo_pol.have_prof = 1;
-		else if (rc != -ENOENT || getenv("GPU_OFFLOAD_PROFILE"))
+			for (int i = 0; i < gpo_pol.prof.ncurves; i++)
+				gpo_curve_prepare(&gpo_pol.prof.curves[i]);
+		} else if (rc != -ENOENT || getenv("GPU_OFFLOAD_PROFILE"))
 			gpo_pol_say(4, "machine profile %s; every call stays on the CPU%s", err, "");
 	}
 	gpo_model_init(&gpo_pol.model, gpo_pol.have_prof ? &gpo_pol.prof : NULL,
