@@ -74,15 +74,24 @@ static int gpo__pop_supported(void)
  * the chunk stays inside one mapping. 0 when found; -1 when not (another
  * allocator, or the program's own mmap: only the mapping's first page
  * then tells that the buffer is the mapping). The header lies in p's own
- * page, which the run writes: it is mapped and readable.
+ * page, inside the mapping as just read, but outside every destination
+ * the program handed over: read only where that page is resident
+ * (mincore; malloc wrote the header there), so that a page the program
+ * has since made a guard region (MADV_GUARD_INSTALL: a fault on any
+ * access, the mapping still one in /proc/self/maps) or registered with
+ * userfaultfd is never touched. (mincore also wants c page-aligned:
+ * with 64 KiB pages, where glibc's chunk is, a 4 KiB boundary alone
+ * is not looked at.)
  */
 static int gpo__chunk(uintptr_t p, uintptr_t vlo, uintptr_t vhi,
 		      uintptr_t *clo, uintptr_t *chi)
 {
 	uintptr_t c = p - 2 * sizeof(size_t);
 	size_t head[2];
+	unsigned char in;
 
-	if (p < vlo + 2 * sizeof(size_t) || (c & 4095))
+	if (p < vlo + 2 * sizeof(size_t) || (c & 4095) ||
+	    mincore((void *)c, sizeof head, &in) != 0 || !(in & 1))
 		return -1;
 	memcpy(head, (const void *)c, sizeof head);
 	if (head[0] != 0 || (head[1] & 4095) != 2 ||
