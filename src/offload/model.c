@@ -111,7 +111,9 @@ double gpo_exp(double x)
 	double r, p;
 	int k;
 
-	if (x > 709.0)
+	/* inf above ln of the largest double, not from 709 on: exp(709.5)
+	 * is 1.35e308; 2^k below, k at most 1024, is taken in two halves */
+	if (x > 709.782712893383973096)
 		return 1e308 * 10;
 	if (x < -745.0)
 		return 0;

@@ -94,7 +94,8 @@ void gpo_model_observe(struct gpo_model *m, const struct gpo_call *c,
 		       const char *opname, int device, double seconds);
 
 /* Natural logarithm and exponential without libm (the library needs only
- * libc at load time); relative error below 1e-13. */
+ * libc at load time); relative error below 1e-13 (against libm: ln
+ * within 4e-16, exp 2e-15 up to 709.78, an ulp in its subnormals). */
 double gpo_ln(double x);
 double gpo_exp(double x);
 

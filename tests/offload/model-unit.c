@@ -105,6 +105,15 @@ static void t_numbers(void)
 	for (double x = -700; x < 700; x += 3.7)
 		CHECK(fabs(gpo_exp(x) - exp(x)) <= 2e-15 * exp(x),
 		      "exp %g = %.17g, libm %.17g", x, gpo_exp(x), exp(x));
+	/* The ends: finite up to ln of the largest double (709.78), the
+	 * subnormal results down to -745 (there to an ulp of 2^-1074). */
+	for (double x = 700; x < 709.7827; x += 0.0137)
+		CHECK(fabs(gpo_exp(x) - exp(x)) <= 2e-15 * exp(x),
+		      "exp %.17g = %.17g, libm %.17g", x, gpo_exp(x), exp(x));
+	CHECK(isinf(gpo_exp(709.79)), "exp 709.79 = %g: inf", gpo_exp(709.79));
+	for (double x = -745; x < -700; x += 0.0137)
+		CHECK(fabs(gpo_exp(x) - exp(x)) <= 2e-15 * exp(x) + 4.95e-324,
+		      "exp %.17g = %.17g, libm %.17g", x, gpo_exp(x), exp(x));
 }
 
 static void t_parse(void)
