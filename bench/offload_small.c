@@ -28,6 +28,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "offload/benchclock.h"
+
 void dgemm_(const char *, const char *, const int *, const int *, const int *,
 	    const double *, const double *, const int *, const double *,
 	    const int *, const double *, double *, const int *, size_t, size_t);
@@ -45,13 +47,6 @@ void dpotrs_(const char *, const int *, const int *, const double *,
 void dgeqrf_(const int *, const int *, double *, const int *, double *,
 	     double *, const int *, int *);
 #endif
-
-static double now(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 static double a[16], b[16], c[16], x[16], y[16], one = 1, zero = 0, s;
 static int four = 4, eight = 8, sixteen = 16, inc = 1, info;

@@ -34,17 +34,11 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "benchclock.h"
+
 typedef void copy32_t(const int *, const double *, const int *, double *, const int *);
 typedef void copy64_t(const int64_t *, const double *, const int64_t *, double *,
 		      const int64_t *);
-
-static double now(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 static double *big(size_t bytes)
 {

@@ -17,18 +17,12 @@
 #include <stdlib.h>
 #include <time.h>
 
+#include "benchclock.h"
+
 void dgemm_(const char *ta, const char *tb, const int *m, const int *n,
 	    const int *k, const double *alpha, const double *a, const int *lda,
 	    const double *b, const int *ldb, const double *beta, double *c,
 	    const int *ldc);
-
-static double now(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 int main(int argc, char **argv)
 {

@@ -19,6 +19,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "benchclock.h"
+
 typedef double dot64_t(const int64_t *, const double *, const int64_t *,
 		       const double *, const int64_t *);
 typedef void copy64_t(const int64_t *, const double *, const int64_t *, double *,
@@ -26,14 +28,6 @@ typedef void copy64_t(const int64_t *, const double *, const int64_t *, double *
 typedef double dot32_t(const int *, const double *, const int *, const double *,
 		       const int *);
 typedef void copy32_t(const int *, const double *, const int *, double *, const int *);
-
-static double now(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 int main(int argc, char **argv)
 {

@@ -30,6 +30,8 @@
 #include <sys/mman.h>
 #include <time.h>
 
+#include "benchclock.h"
+
 typedef void gesv64_t(const int64_t *, const int64_t *, double *, const int64_t *,
 		      int64_t *, double *, const int64_t *, int64_t *);
 typedef void copy64_t(const int64_t *, const double *, const int64_t *, double *,
@@ -42,14 +44,6 @@ static gesv64_t *gesv64;
 static copy64_t *copy64;
 static gesv32_t *gesv32;
 static copy32_t *copy32;
-
-static double now(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 /* numpy's allocation of a large array: malloc, MADV_HUGEPAGE from 4 MiB */
 static double *np_alloc(size_t bytes)

@@ -21,17 +21,10 @@
 #include <time.h>
 
 #include "backend.h"
+#include "benchclock.h"
 #include "xfer.h"
 
 #define MiB (1ull << 20)
-
-static double now(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 static gpc_stream st;
 static char *host, *out, *pinned;

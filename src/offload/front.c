@@ -23,6 +23,7 @@
 #include "frontend.h"
 #include "lease.h"
 #include "pcopy/pcopy.h"
+#include "profile.h"
 
 /* This thread's depth (calls inside a wrapper: nested calls, a CPU
  * LAPACK routine calling BLAS or a backend calling host BLAS, pass
@@ -50,13 +51,16 @@ static int gpo__secure(void);
 static void gpo__config_read(void)
 {
 	const char *s;
-	uint64_t v;
 
 	gpo_tls.cfg = 1;
 	s = getenv("GPU_OFFLOAD_MIN_FLOPS");
 	if (s && *s) {
-		if (gm_parse_uint(s, 10, UINT64_MAX, &v) == 0)
-			gpo__min_flops = (double)v;
+		/* flops: a decimal number, an exponent allowed (1e8), as the
+		 * profile's numbers; not negative, not infinite */
+		double d;
+		const char *end;
+		if (gpo_scan_double(s, &d, &end) == 0 && !*end && d >= 0)
+			gpo__min_flops = d;
 		else
 			gpo_msg("GPU_OFFLOAD_MIN_FLOPS=%s is not a number; "
 				"using 1000000", s);

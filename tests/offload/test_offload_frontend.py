@@ -121,6 +121,25 @@ def test_small_calls_skip_the_decision(tmp_path):
     assert p.returncode == 0 and [r[0] for r in F.runs(tmp_path)] == [1]
 
 
+@pytest.mark.parametrize("value,decided,said", [
+    ("1e5", True, False),      # an exponent, as the profile's numbers
+    ("1.5E5", False, False),   # 1.5e5 > 1.2e5: small
+    ("0.0", True, False),
+    ("1e", False, True),       # not a number: said, the default (1e6)
+    ("-5", False, True),
+    ("100000x", False, True),
+])
+def test_min_flops_takes_a_number_with_an_exponent(tmp_path, value, decided, said):
+    """GPU_OFFLOAD_MIN_FLOPS is a number of flops: 1e5 lowers the
+    threshold below the 50x40x30 gemm (1.2e5) as 100000 does; a value
+    that is not a non-negative number is said once and the default kept."""
+    p, _ = opcheck(tmp_path, "mf", F.env(tmp_path, "gpu", GPU_OFFLOAD_MIN_FLOPS=value),
+                   "dgemm_NN")
+    assert p.returncode == 0, p.stderr
+    assert ([r[0] for r in F.runs(tmp_path)] == [1]) == decided, F.runs(tmp_path)
+    assert ("GPU_OFFLOAD_MIN_FLOPS=%s is not a number" % value in p.stderr) == said, p.stderr
+
+
 def test_nested_calls_are_not_decided_again(tmp_path, ref):
     """The first kernel fails, so dgesv_ runs on the CPU: reference LAPACK's
     dgesv_ then calls dgetrf_, dtrsm_, dgemm_ ... through the wrappers, and
