@@ -7,7 +7,7 @@
 # makes, one process each, in alternation, ROUNDS times. One line per
 # process: the median ratio (active / paused) and the rounds' ratios.
 # Knobs: PYTHON, THREADS (16), ROUNDS (2), POINTS (lines "LABEL OP:N
-# [VAR=VALUE...]": these points instead).
+# [VAR=VALUE...]": these points instead of the default list below).
 set -u
 OUT=${1:?usage: mixed_device.sh OUT}
 ROUNDS=${ROUNDS:-2}
@@ -38,25 +38,18 @@ PY
     grep -o "reasons:.*" "$OUT/p.err" | head -1
 }
 
-if [ -n "${POINTS:-}" ]; then   # POINTS: lines "LABEL OP:N [ENV...]" instead
-    for r in $(seq 1 "$ROUNDS"); do
-        echo "== round $r ($(elapsed))"
-        while read -r label op env; do
-            # shellcheck disable=SC2086 # ENV: words, one per variable
-            [ -n "$label" ] && point "$label" "$op" $env < /dev/null
-        done <<< "$POINTS"
-    done
-    echo "== done: $(elapsed)"
-    exit 0
-fi
+# The points, one a line: LABEL OP:N [VAR=VALUE...] (POINTS replaces them).
+DEFAULT_POINTS="mixed mixed:0
+control mixed:0 BENCH_INPROC_CONTROL=1
+$(for op in dgemm:8 dgemm:64 dgemm:200 solve:32 inv:32 cholesky:48 eigh:24 \
+        svd:16 qr:32 gemv:200; do echo "part $op"; done)
+control eigh:16 BENCH_INPROC_CONTROL=1
+part eigh:16"
 for r in $(seq 1 "$ROUNDS"); do
     echo "== round $r ($(elapsed))"
-    point mixed mixed:0
-    point control mixed:0 BENCH_INPROC_CONTROL=1
-    for op in dgemm:8 dgemm:64 dgemm:200 solve:32 inv:32 cholesky:48 eigh:24 svd:16 qr:32 gemv:200; do
-        point part "$op"
-    done
-    point control eigh:16 BENCH_INPROC_CONTROL=1
-    point part eigh:16
+    while read -r label op env; do
+        # shellcheck disable=SC2086 # ENV: words, one per variable
+        [ -n "$label" ] && point "$label" "$op" $env < /dev/null
+    done <<< "${POINTS:-$DEFAULT_POINTS}"
 done
 echo "== done: $(elapsed)"
