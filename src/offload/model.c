@@ -56,6 +56,11 @@ static double gpo__pow2(int k)
  */
 double gpo_ln(double x)
 {
+	/* 1/(2k+1) for k = 0 .. 12 */
+	static const double c[13] = {
+		1.0, 1.0 / 3, 1.0 / 5, 1.0 / 7, 1.0 / 9, 1.0 / 11, 1.0 / 13,
+		1.0 / 15, 1.0 / 17, 1.0 / 19, 1.0 / 21, 1.0 / 23, 1.0 / 25,
+	};
 	uint64_t bits;
 	int e;
 	double m, s, s2, p;
@@ -83,19 +88,9 @@ double gpo_ln(double x)
 	 * than 1e-19 of s */
 	s = (m - 1) / (m + 1);
 	s2 = s * s;
-	p = 1.0 / 25;
-	p = p * s2 + 1.0 / 23;
-	p = p * s2 + 1.0 / 21;
-	p = p * s2 + 1.0 / 19;
-	p = p * s2 + 1.0 / 17;
-	p = p * s2 + 1.0 / 15;
-	p = p * s2 + 1.0 / 13;
-	p = p * s2 + 1.0 / 11;
-	p = p * s2 + 1.0 / 9;
-	p = p * s2 + 1.0 / 7;
-	p = p * s2 + 1.0 / 5;
-	p = p * s2 + 1.0 / 3;
-	p = p * s2 + 1.0;
+	p = c[12];
+	for (int i = 11; i >= 0; i--)
+		p = p * s2 + c[i];
 	return 2 * s * p + e * GPO__LN2;
 }
 
