@@ -107,8 +107,149 @@ def main():
               % (xd, e, "ok" if e <= atol else "OVER atol"))
     d = float(np.abs(xs["gpu"] - xs["cpu"]).max() / np.abs(xs["cpu"]).max())
     print("X: GPU against CPU, largest difference relative to the largest value %.2e" % d)
+    if sw:
+        bisect(a, b, q, r, atol, xs["cpu"], sw)
+        accuracy(a, b, q, r, sw)
     on("gpu")
+
+
+# The functions solve_discrete_are calls by name from its own module (the
+# products `@` and np.dot are the rest); the installed version's subset
+# of them is wrapped.
+CALLEES = ("solve", "solve_triangular", "matrix_balance", "lu", "qr", "ordqz",
+           "svd", "inv", "norm", "cond", "schur", "lstsq")
+
+
+def bisect(a, b, q, r, atol, x_cpu, sw):
+    """Which callee's GPU calls cost the tolerance: X computed with one
+    callee on the GPU and all else on the CPU, for each callee, and once
+    with every callee on the CPU and the rest (the products between them)
+    on the GPU; each X checked on the CPU and in long double."""
+    mod = sys.modules[solve_discrete_are.__module__]
+    names = [n for n in CALLEES if callable(getattr(mod, n, None))]
+    saved = {n: getattr(mod, n) for n in names}
+    calls = {}
+
+    def wrap(n, paused):
+        f = saved[n]
+
+        def g(*args, **kw):
+            calls[n] = calls.get(n, 0) + 1
+            prev = sw(paused)
+            try:
+                return f(*args, **kw)
+            finally:
+                sw(prev)
+        return g
+
+    for only in names + [None]:
+        calls.clear()
+        patched = [only] if only else names
+        for n in patched:
+            setattr(mod, n, wrap(n, 0 if only else 1))
+        sw(1 if only else 0)
+        try:
+            x = solve_discrete_are(a, b, q, r)
+        finally:
+            for n in patched:
+                setattr(mod, n, saved[n])
+            sw(1)
+        m = float(np.abs(residual(a, b, q, r, x)).max())
+        e = float(np.abs(exact_residual(a, b, q, r, x)).max())
+        d = float(np.abs(x - x_cpu).max() / np.abs(x_cpu).max())
+        what = ("only %s on the GPU (%d calls)" % (only, calls.get(only, 0)) if only
+                else "only the rest on the GPU (%s on the CPU)" % ", ".join(names))
+        print("bisect: %s: residual on the cpu %.3e %s, long double %.3e %s, "
+              "X against the CPU's %.2e" % (what, m, "ok" if m <= atol else "OVER",
+                                            e, "ok" if e <= atol else "OVER", d))
 
 
 if __name__ == "__main__":
     main()
+
+
+def _ld(m):
+    return np.asarray(m, dtype=np.clongdouble if np.iscomplexobj(m) else np.longdouble)
+
+
+def _rel(m, ref):
+    """max |m| / max |ref|, in long double."""
+    return float(np.abs(_ld(m)).max() / max(np.abs(_ld(ref)).max(), np.finfo(float).tiny))
+
+
+def _orth(u):
+    u = _ld(u)
+    return _rel(u.conj().T @ u - np.eye(u.shape[1]), np.ones(1))
+
+
+def errors(name, args, kw, out):
+    """The backward errors of one callee's result, in long double: each
+    factorisation's reconstruction relative to its input, orthogonality
+    of its unitary factors, a triangular solve's residual."""
+    if name == "qr":
+        a, (u, t) = args[0], out[:2]
+        return {"|QR-A|": _rel(_ld(u) @ _ld(t) - _ld(a), a), "|Q'Q-I|": _orth(u)}
+    if name == "lu":
+        a, (p, l, u) = args[0], out
+        return {"|PLU-A|": _rel(_ld(p) @ _ld(l) @ _ld(u) - _ld(a), a)}
+    if name == "ordqz":
+        a, b = args[:2]
+        aa, bb, qq, zz = out[0], out[1], out[4], out[5]
+        zh = _ld(zz).conj().T
+        return {"|Q AA Z'-A|": _rel(_ld(qq) @ _ld(aa) @ zh - _ld(a), a),
+                "|Q BB Z'-B|": _rel(_ld(qq) @ _ld(bb) @ zh - _ld(b), b),
+                "|Q'Q-I|": _orth(qq), "|Z'Z-I|": _orth(zz)}
+    if name == "solve_triangular":
+        t, rhs = _ld(args[0]), _ld(args[1])
+        t = np.tril(t) if kw.get("lower") else np.triu(t)
+        if kw.get("unit_diagonal"):
+            np.fill_diagonal(t, 1)
+        x = _ld(out)
+        return {"|TX-B|/(|T||X|)": _rel(t @ x - rhs, np.ones(1))
+                / float(np.abs(t).max() * np.abs(x).max())}
+    return {}
+
+
+def accuracy(a, b, q, r, sw):
+    """Each callee's first call of a CPU run of solve_discrete_are, made
+    again on the CPU and on the GPU with the same (copied) arguments: the
+    backward errors of both results side by side. Equal orders mean the
+    GPU computes as well as the CPU and the difference in X is the
+    problem's conditioning amplifying rounding; a larger GPU error is a
+    defect of the GPU path."""
+    mod = sys.modules[solve_discrete_are.__module__]
+    names = ("qr", "ordqz", "lu", "solve_triangular")
+    saved = {n: getattr(mod, n) for n in names if callable(getattr(mod, n, None))}
+    seen = {}
+
+    def spy(n):
+        f = saved[n]
+
+        def g(*args, **kw):
+            if n not in seen:
+                seen[n] = ([np.array(x, copy=True) if isinstance(x, np.ndarray) else x
+                            for x in args], dict(kw))
+            return f(*args, **kw)
+        return g
+
+    for n in saved:
+        setattr(mod, n, spy(n))
+    sw(1)
+    try:
+        solve_discrete_are(a, b, q, r)
+    finally:
+        for n, f in saved.items():
+            setattr(mod, n, f)
+    for n, (args, kw) in seen.items():
+        line = []
+        for dev in ("cpu", "gpu"):
+            sw(1 if dev == "cpu" else 0)
+            try:
+                out = saved[n](*[np.array(x, copy=True) if isinstance(x, np.ndarray) else x
+                                 for x in args], **kw)
+            finally:
+                sw(1)
+            e = errors(n, args, kw, out)
+            line.append("on the %s %s" % (dev, " ".join("%s %.2e" % kv for kv in e.items())))
+        shape = "x".join(str(d) for d in np.shape(args[0]))
+        print("accuracy: %s (%s): %s" % (n, shape, "; ".join(line)))

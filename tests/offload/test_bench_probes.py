@@ -57,3 +57,9 @@ def test_dare_probe_switches_between_the_devices_in_one_process(tmp_path):
     assert len(re.findall(r"residual in long double", p.stdout)) == 2, p.stdout
     assert re.search(r"reasons:.* forced-gpu=[1-9]", p.stderr), p.stderr
     assert re.search(r"reasons:.* paused=[1-9]", p.stderr), p.stderr
+    # the bisection: one line per callee found, then the rest's line
+    bis = re.findall(r"^bisect: only (\S+) on the GPU", p.stdout, re.M)
+    assert len(bis) >= 2 and bis[-1] == "the" and "solve" in bis, p.stdout
+    # the callees' backward errors, both devices on one line each
+    acc = re.findall(r"^accuracy: (\w+) \(\S+\): on the cpu .*; on the gpu ", p.stdout, re.M)
+    assert "qr" in acc and "ordqz" in acc, p.stdout
