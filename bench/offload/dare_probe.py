@@ -110,6 +110,7 @@ def main():
     if sw:
         bisect(a, b, q, r, atol, xs["cpu"], sw)
         accuracy(a, b, q, r, sw)
+        perturbed(a, b, q, r, atol, sw)
     on("gpu")
 
 
@@ -163,9 +164,6 @@ def bisect(a, b, q, r, atol, x_cpu, sw):
               "X against the CPU's %.2e" % (what, m, "ok" if m <= atol else "OVER",
                                             e, "ok" if e <= atol else "OVER", d))
 
-
-if __name__ == "__main__":
-    main()
 
 
 def _ld(m):
@@ -253,3 +251,56 @@ def accuracy(a, b, q, r, sw):
             line.append("on the %s %s" % (dev, " ".join("%s %.2e" % kv for kv in e.items())))
         shape = "x".join(str(d) for d in np.shape(args[0]))
         print("accuracy: %s (%s): %s" % (n, shape, "; ".join(line)))
+
+
+def perturbed(a, b, q, r, atol, sw, k=200):
+    """The CPU alone on the same problem with its data changed at the
+    level of rounding (each element times 1 + u, |u| <= 2^-52, Q and R
+    kept symmetric, a fixed seed): the spread of the residual (long
+    double, of each perturbed problem's own X) shows how far a correct
+    change of rounding moves the test's measure."""
+    rng = np.random.default_rng(11)
+    eps = np.finfo(float).eps
+
+    def jiggle(m, sym):
+        m = m * (1 + eps * rng.uniform(-1, 1, m.shape))
+        return (m + m.conj().T) / 2 if sym else m
+    sw(1)
+    res = []
+    for _ in range(k):
+        p = (jiggle(a, False), jiggle(b, False), jiggle(q, True), jiggle(r, True))
+        res.append(float(np.abs(exact_residual(*p, solve_discrete_are(*p))).max()))
+    res.sort()
+    print("perturbed: the CPU on %d problems within 2^-52 of this one: long double "
+          "residual min %.2e median %.2e max %.2e, %d over atol"
+          % (k, res[0], res[k // 2], res[-1], sum(x > atol for x in res)))
+
+    # the same for every stage: each callee's array arguments changed at
+    # 2^-52 (what a different, backward-stable implementation of each
+    # amounts to), the problem itself exact
+    mod = sys.modules[solve_discrete_are.__module__]
+    names = [n for n in ("qr", "ordqz", "lu", "solve_triangular")
+             if callable(getattr(mod, n, None))]
+    saved = {n: getattr(mod, n) for n in names}
+
+    def jiggled(f):
+        return lambda *args, **kw: f(*[jiggle(x, False) if isinstance(x, np.ndarray)
+                                       and x.dtype.kind in "fc" else x for x in args], **kw)
+    for n in names:
+        setattr(mod, n, jiggled(saved[n]))
+    res = []
+    try:
+        for _ in range(k):
+            res.append(float(np.abs(exact_residual(a, b, q, r,
+                                                   solve_discrete_are(a, b, q, r))).max()))
+    finally:
+        for n in names:
+            setattr(mod, n, saved[n])
+    res.sort()
+    print("perturbed: the CPU on this problem with %s's arguments within 2^-52 (%d runs): "
+          "long double residual min %.2e median %.2e max %.2e, %d over atol"
+          % ("/".join(names), k, res[0], res[k // 2], res[-1], sum(x > atol for x in res)))
+
+
+if __name__ == "__main__":
+    main()
