@@ -5,7 +5,13 @@ solution X computed on the CPU or on the GPU, and the test's residual of
 it computed on the CPU or on the GPU (gpu_offload_pause switches between
 them inside one process), four ways; then each X's residual in extended
 precision (numpy's long double loops, no BLAS at all), which says how
-good each X really is, whatever computes the check.
+good each X really is, whatever computes the check. With the switch
+found, three more sections: a bisection (X with one callee of
+solve_discrete_are on the GPU at a time), each callee's backward errors
+on both devices for the same arguments, and the CPU alone with its
+rounding disturbed at 2^-52 (the data, then every callee's arguments),
+200 runs each: how far a correct change of rounding moves the residual.
+docs/benchmarks.md (the fifth run) has the H200's answer.
 
 Run it under `gpu-offload run` with GPU_OFFLOAD_FORCE=gpu (and
 GPU_OFFLOAD_MIN_FLOPS=0, as the suites' forced runs); without the
