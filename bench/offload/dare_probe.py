@@ -1,4 +1,4 @@
-"""dare_probe.py [J] - where scipy's TestSolveDiscreteAre case J (11: the
+"""dare_probe.py [J [K]] - where scipy's TestSolveDiscreteAre case J (11: the
 one test of scipy.linalg's suite that fails with every call forced to the
 GPU, a residual over its absolute tolerance) loses its tolerance: the
 solution X computed on the CPU or on the GPU, and the test's residual of
@@ -10,7 +10,7 @@ found, three more sections: a bisection (X with one callee of
 solve_discrete_are on the GPU at a time), each callee's backward errors
 on both devices for the same arguments, and the CPU alone with its
 rounding disturbed at 2^-52 (the data, then every callee's arguments),
-200 runs each: how far a correct change of rounding moves the residual.
+K runs each (200): how far a correct change of rounding moves the residual.
 docs/benchmarks.md (the fifth run) has the H200's answer.
 
 Run it under `gpu-offload run` with GPU_OFFLOAD_FORCE=gpu (and
@@ -84,6 +84,7 @@ def exact_residual(a, b, q, r, x):
 
 def main():
     j = int(sys.argv[1]) if len(sys.argv) > 1 else 11
+    k = int(sys.argv[2]) if len(sys.argv) > 2 else 200
     a, b, q, r, atol, where = load(j)
     try:
         sw = ctypes.CDLL(None).gpu_offload_pause
@@ -116,7 +117,7 @@ def main():
     if sw:
         bisect(a, b, q, r, atol, xs["cpu"], sw)
         accuracy(a, b, q, r, sw)
-        perturbed(a, b, q, r, atol, sw)
+        perturbed(a, b, q, r, atol, sw, k)
     on("gpu")
 
 

@@ -41,12 +41,15 @@ def test_decide_cost_times_full_decisions_against_paused_calls(tmp_path):
 @F.needs_lapack
 def test_dare_probe_switches_between_the_devices_in_one_process(tmp_path):
     """dare_probe.py forced to the (test) GPU: the switch is found, the
-    four ways and the two long-double residuals are printed, and the
-    summary shows calls on both sides (forced-gpu and paused)."""
+    four ways and the two long-double residuals are printed, then the
+    bisection, the callees' backward errors and the two perturbation
+    runs (20 each here), and the summary shows calls on both sides
+    (forced-gpu and paused)."""
     pytest.importorskip("scipy")
     F.build()
     e = F.env(tmp_path, "gpu", GPU_OFFLOAD_MIN_FLOPS=0, GPU_OFFLOAD_SUMMARY=1)
-    p = subprocess.run([F.PY, str(F.REPO / "bench" / "offload" / "dare_probe.py")],
+    p = subprocess.run([F.PY, str(F.REPO / "bench" / "offload" / "dare_probe.py"),
+                        "11", "20"],
                        env=e, capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stderr
     assert "switch found" in p.stdout, p.stdout
@@ -58,8 +61,11 @@ def test_dare_probe_switches_between_the_devices_in_one_process(tmp_path):
     assert re.search(r"reasons:.* forced-gpu=[1-9]", p.stderr), p.stderr
     assert re.search(r"reasons:.* paused=[1-9]", p.stderr), p.stderr
     # the bisection: one line per callee found, then the rest's line
-    bis = re.findall(r"^bisect: only (\S+) on the GPU", p.stdout, re.M)
-    assert len(bis) >= 2 and bis[-1] == "the" and "solve" in bis, p.stdout
+    bis = re.findall(r"^bisect: only (.+?) on the GPU", p.stdout, re.M)
+    assert len(bis) >= 2 and bis[-1] == "the rest" and "solve" in bis, p.stdout
     # the callees' backward errors, both devices on one line each
     acc = re.findall(r"^accuracy: (\w+) \(\S+\): on the cpu .*; on the gpu ", p.stdout, re.M)
     assert "qr" in acc and "ordqz" in acc, p.stdout
+    # the perturbation runs: the data's, then every callee's arguments'
+    pert = re.findall(r"^perturbed: .* (\d+) over atol$", p.stdout, re.M)
+    assert len(pert) == 2 and "20 problems" in p.stdout, p.stdout
