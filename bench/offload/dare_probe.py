@@ -20,6 +20,7 @@ the installed scipy's own test class (scipy 1.11 on: cases, max_tol or
 min_decimal); where that class is absent, a small built-in case stands in
 so that the probe itself runs.
 """
+import contextlib
 import ctypes
 import sys
 
@@ -104,15 +105,15 @@ def main():
         xs[xd] = solve_discrete_are(a, b, q, r)
         for rd in ("cpu", "gpu"):
             on(rd)
-            m = float(np.abs(residual(a, b, q, r, xs[xd])).max())
+            m = worst(residual(a, b, q, r, xs[xd]))
             print("X on the %s, residual on the %s: max |res| %.3e  %s"
                   % (xd, rd, m, "ok" if m <= atol else "OVER atol"))
     on("cpu")
     for xd in ("cpu", "gpu"):
-        e = float(np.abs(exact_residual(a, b, q, r, xs[xd])).max())
+        e = worst(exact_residual(a, b, q, r, xs[xd]))
         print("X on the %s, residual in long double: max |res| %.3e  %s"
               % (xd, e, "ok" if e <= atol else "OVER atol"))
-    d = float(np.abs(xs["gpu"] - xs["cpu"]).max() / np.abs(xs["cpu"]).max())
+    d = _rel(xs["gpu"] - xs["cpu"], xs["cpu"])
     print("X: GPU against CPU, largest difference relative to the largest value %.2e" % d)
     if sw:
         bisect(a, b, q, r, atol, xs["cpu"], sw)
@@ -123,9 +124,42 @@ def main():
 
 # The functions solve_discrete_are calls by name from its own module (the
 # products `@` and np.dot are the rest); the installed version's subset
-# of them is wrapped.
+# of them is wrapped. STAGES: those whose results X is built from.
 CALLEES = ("solve", "solve_triangular", "matrix_balance", "lu", "qr", "ordqz",
            "svd", "inv", "norm", "cond", "schur", "lstsq")
+STAGES = ("qr", "ordqz", "lu", "solve_triangular")
+
+
+def present(names):
+    """Those of NAMES that solve_discrete_are's module has, in order."""
+    mod = sys.modules[solve_discrete_are.__module__]
+    return [n for n in names if callable(getattr(mod, n, None))]
+
+
+@contextlib.contextmanager
+def patched(names, wrap):
+    """Inside: each of NAMES (present ones) in solve_discrete_are's module
+    replaced by wrap(name, original); yields {name: original}. The
+    originals are back on the way out, whatever happened."""
+    mod = sys.modules[solve_discrete_are.__module__]
+    saved = {n: getattr(mod, n) for n in present(names)}
+    for n, f in saved.items():
+        setattr(mod, n, wrap(n, f))
+    try:
+        yield saved
+    finally:
+        for n, f in saved.items():
+            setattr(mod, n, f)
+
+
+def on_arrays(f, args):
+    """ARGS with f applied to each ndarray among them."""
+    return [f(x) if isinstance(x, np.ndarray) else x for x in args]
+
+
+def worst(m):
+    """The largest |element| of m, as a float."""
+    return float(np.abs(m).max())
 
 
 def bisect(a, b, q, r, atol, x_cpu, sw):
@@ -133,44 +167,37 @@ def bisect(a, b, q, r, atol, x_cpu, sw):
     callee on the GPU and all else on the CPU, for each callee, and once
     with every callee on the CPU and the rest (the products between them)
     on the GPU; each X checked on the CPU and in long double."""
-    mod = sys.modules[solve_discrete_are.__module__]
-    names = [n for n in CALLEES if callable(getattr(mod, n, None))]
-    saved = {n: getattr(mod, n) for n in names}
+    names = present(CALLEES)
     calls = {}
 
-    def wrap(n, paused):
-        f = saved[n]
-
-        def g(*args, **kw):
-            calls[n] = calls.get(n, 0) + 1
-            prev = sw(paused)
-            try:
-                return f(*args, **kw)
-            finally:
-                sw(prev)
-        return g
+    def switched(paused):
+        def wrap(n, f):
+            def g(*args, **kw):
+                calls[n] = calls.get(n, 0) + 1
+                prev = sw(paused)
+                try:
+                    return f(*args, **kw)
+                finally:
+                    sw(prev)
+            return g
+        return wrap
 
     for only in names + [None]:
         calls.clear()
-        patched = [only] if only else names
-        for n in patched:
-            setattr(mod, n, wrap(n, 0 if only else 1))
-        sw(1 if only else 0)
-        try:
-            x = solve_discrete_are(a, b, q, r)
-        finally:
-            for n in patched:
-                setattr(mod, n, saved[n])
-            sw(1)
-        m = float(np.abs(residual(a, b, q, r, x)).max())
-        e = float(np.abs(exact_residual(a, b, q, r, x)).max())
-        d = float(np.abs(x - x_cpu).max() / np.abs(x_cpu).max())
+        with patched([only] if only else names, switched(0 if only else 1)):
+            sw(1 if only else 0)
+            try:
+                x = solve_discrete_are(a, b, q, r)
+            finally:
+                sw(1)
+        m = worst(residual(a, b, q, r, x))
+        e = worst(exact_residual(a, b, q, r, x))
         what = ("only %s on the GPU (%d calls)" % (only, calls.get(only, 0)) if only
                 else "only the rest on the GPU (%s on the CPU)" % ", ".join(names))
         print("bisect: %s: residual on the cpu %.3e %s, long double %.3e %s, "
               "X against the CPU's %.2e" % (what, m, "ok" if m <= atol else "OVER",
-                                            e, "ok" if e <= atol else "OVER", d))
-
+                                            e, "ok" if e <= atol else "OVER",
+                                            _rel(x - x_cpu, x_cpu)))
 
 
 def _ld(m):
@@ -216,42 +243,30 @@ def errors(name, args, kw, out):
 
 
 def accuracy(a, b, q, r, sw):
-    """Each callee's first call of a CPU run of solve_discrete_are, made
+    """Each stage's first call of a CPU run of solve_discrete_are, made
     again on the CPU and on the GPU with the same (copied) arguments: the
     backward errors of both results side by side. Equal orders mean the
     GPU computes as well as the CPU and the difference in X is the
     problem's conditioning amplifying rounding; a larger GPU error is a
     defect of the GPU path."""
-    mod = sys.modules[solve_discrete_are.__module__]
-    names = ("qr", "ordqz", "lu", "solve_triangular")
-    saved = {n: getattr(mod, n) for n in names if callable(getattr(mod, n, None))}
     seen = {}
 
-    def spy(n):
-        f = saved[n]
-
+    def spy(n, f):
         def g(*args, **kw):
             if n not in seen:
-                seen[n] = ([np.array(x, copy=True) if isinstance(x, np.ndarray) else x
-                            for x in args], dict(kw))
+                seen[n] = (on_arrays(np.copy, args), dict(kw))
             return f(*args, **kw)
         return g
 
-    for n in saved:
-        setattr(mod, n, spy(n))
     sw(1)
-    try:
+    with patched(STAGES, spy) as saved:
         solve_discrete_are(a, b, q, r)
-    finally:
-        for n, f in saved.items():
-            setattr(mod, n, f)
     for n, (args, kw) in seen.items():
         line = []
         for dev in ("cpu", "gpu"):
             sw(1 if dev == "cpu" else 0)
             try:
-                out = saved[n](*[np.array(x, copy=True) if isinstance(x, np.ndarray) else x
-                                 for x in args], **kw)
+                out = saved[n](*on_arrays(np.copy, args), **kw)
             finally:
                 sw(1)
             e = errors(n, args, kw, out)
@@ -265,49 +280,39 @@ def perturbed(a, b, q, r, atol, sw, k=200):
     level of rounding (each element times 1 + u, |u| <= 2^-52, Q and R
     kept symmetric, a fixed seed): the spread of the residual (long
     double, of each perturbed problem's own X) shows how far a correct
-    change of rounding moves the test's measure."""
+    change of rounding moves the test's measure. Then the same with the
+    problem exact and every stage's array arguments changed at 2^-52
+    (what a different, backward-stable implementation of each amounts
+    to)."""
     rng = np.random.default_rng(11)
     eps = np.finfo(float).eps
 
-    def jiggle(m, sym):
+    def jiggle(m, sym=False):
+        if m.dtype.kind not in "fc":
+            return m
         m = m * (1 + eps * rng.uniform(-1, 1, m.shape))
         return (m + m.conj().T) / 2 if sym else m
+
+    def spread(what, res):
+        res = sorted(res)
+        print("perturbed: the CPU %s: long double residual min %.2e median %.2e max %.2e, "
+              "%d over atol" % (what, res[0], res[k // 2], res[-1],
+                                sum(x > atol for x in res)))
+
     sw(1)
     res = []
     for _ in range(k):
-        p = (jiggle(a, False), jiggle(b, False), jiggle(q, True), jiggle(r, True))
-        res.append(float(np.abs(exact_residual(*p, solve_discrete_are(*p))).max()))
-    res.sort()
-    print("perturbed: the CPU on %d problems within 2^-52 of this one: long double "
-          "residual min %.2e median %.2e max %.2e, %d over atol"
-          % (k, res[0], res[k // 2], res[-1], sum(x > atol for x in res)))
+        p = (jiggle(a), jiggle(b), jiggle(q, True), jiggle(r, True))
+        res.append(worst(exact_residual(*p, solve_discrete_are(*p))))
+    spread("on %d problems within 2^-52 of this one" % k, res)
 
-    # the same for every stage: each callee's array arguments changed at
-    # 2^-52 (what a different, backward-stable implementation of each
-    # amounts to), the problem itself exact
-    mod = sys.modules[solve_discrete_are.__module__]
-    names = [n for n in ("qr", "ordqz", "lu", "solve_triangular")
-             if callable(getattr(mod, n, None))]
-    saved = {n: getattr(mod, n) for n in names}
-
-    def jiggled(f):
-        return lambda *args, **kw: f(*[jiggle(x, False) if isinstance(x, np.ndarray)
-                                       and x.dtype.kind in "fc" else x for x in args], **kw)
-    for n in names:
-        setattr(mod, n, jiggled(saved[n]))
-    res = []
-    try:
-        for _ in range(k):
-            res.append(float(np.abs(exact_residual(a, b, q, r,
-                                                   solve_discrete_are(a, b, q, r))).max()))
-    finally:
-        for n in names:
-            setattr(mod, n, saved[n])
-    res.sort()
-    print("perturbed: the CPU on this problem with %s's arguments within 2^-52 (%d runs): "
-          "long double residual min %.2e median %.2e max %.2e, %d over atol"
-          % ("/".join(names), k, res[0], res[k // 2], res[-1], sum(x > atol for x in res)))
-
+    def jiggled(n, f):
+        return lambda *args, **kw: f(*on_arrays(jiggle, args), **kw)
+    with patched(STAGES, jiggled) as saved:
+        res = [worst(exact_residual(a, b, q, r, solve_discrete_are(a, b, q, r)))
+               for _ in range(k)]
+    spread("on this problem with %s's arguments within 2^-52 (%d runs)"
+           % ("/".join(saved), k), res)
 
 if __name__ == "__main__":
     main()
