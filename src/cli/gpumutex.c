@@ -10,6 +10,7 @@
 
 #include "cli.h"
 #include "lease.h"
+#include "metrics.h"
 #include "run.h"
 
 #define VERSION "0.1.0"
@@ -46,6 +47,8 @@ static void usage(FILE *f)
 		"  report [--since 24h] [--json] [--svg FILE] [--html FILE]\n"
 		"                              what the GPUs did: leased, idle, waits, users\n"
 		"  sample [--interval S]       record GPU utilisation (NVML) in the log\n"
+		"  metrics [--listen [HOST:]PORT | --textfile DIR]\n"
+		"                              Prometheus metrics of the GPUs and the queue\n"
 		"  init [--lock-dir DIR] --visible-devices LIST\n"
 		"                              make the lock directory and device files\n"
 		"                              now (as root: files nobody else can remove)\n"
@@ -168,6 +171,7 @@ static const struct {
 	{ "log", gm_log_main },
 	{ "report", gm_report_main },
 	{ "sample", gm_sample_main },
+	{ "metrics", gm_metrics_main },
 };
 
 int main(int argc, char **argv)
