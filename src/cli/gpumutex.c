@@ -3,6 +3,7 @@
  * uninstall, doctor, log, report, sample.
  */
 #define _GNU_SOURCE
+#include <dlfcn.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -116,7 +117,8 @@ int gm_init_main(int argc, char **argv)
 			       "remove, replace or add a device file; GPUs not in LIST are\n"
 			       "refused.\n"
 			       "\n"
-			       "  --visible-devices LIST  GPU indices such as 0,1,2,3 (required;\n"
+			       "  --visible-devices LIST  GPU indices such as 0,1,2,3, or GPU-\n"
+			       "                          UUIDs (by NVML) (required;\n"
 			       "                          $GPUMUTEX_VISIBLE_DEVICES serves if set)\n"
 			       "  --lock-dir DIR          an absolute path (default:\n"
 			       "                          $GPUMUTEX_LOCK_DIR, else %s)\n"
@@ -134,7 +136,7 @@ int gm_init_main(int argc, char **argv)
 		fprintf(stderr, "gpumutex init: no GPUs given: pass --visible-devices LIST such as \"0,1\" (or set GPUMUTEX_VISIBLE_DEVICES to it)\n");
 		return 2;
 	}
-	if (gm_parse_devices(devs_name, devs, cfg.devices, &cfg.ndevices,
+	if (gm_parse_visible(devs_name, devs, cfg.devices, &cfg.ndevices,
 			     err, sizeof err)) {
 		fprintf(stderr, "gpumutex init: %s\n", err);
 		return 2;
@@ -177,6 +179,8 @@ static const struct {
 int main(int argc, char **argv)
 {
 	const char *cmd = argc > 1 ? argv[1] : NULL;
+
+	gm_uuid_dlsym(dlsym); /* GPUs named by UUID (src/lease/uuid.c) */
 
 	if (!cmd || !strcmp(cmd, "help") || !strcmp(cmd, "--help") ||
 	    !strcmp(cmd, "-h")) {

@@ -70,7 +70,7 @@ static int check_value(struct gm_conf *c, int k, const char *v, char *err,
 
 	switch (k) {
 	case GM_CONF_VISIBLE_DEVICES:
-		return gm_parse_devices(key_names[k], v, devs, &n, err, errlen);
+		return gm_parse_visible(key_names[k], v, devs, &n, err, errlen);
 	case GM_CONF_NUM_DEVICES:
 		return gm_parse_want(key_names[k], v, GM_MAX_DEVICES, &n, err,
 				     errlen);
@@ -354,12 +354,12 @@ static int resolve(struct gm_config *cfg, struct gm_conf_info *info,
 	v = env_get(secure, "GPUMUTEX_VISIBLE_DEVICES");
 	if (v && !*v)
 		v = NULL;
-	if (fv && gm_parse_devices("visible_devices", fv, managed, &nmanaged,
+	if (fv && gm_parse_visible("visible_devices", fv, managed, &nmanaged,
 				   why, GM_ERR_MAX))
 		return file_fail(info, c, GM_CONF_VISIBLE_DEVICES, why, err,
 				 errlen);
 	if (v) {
-		rc = gm_parse_devices("GPUMUTEX_VISIBLE_DEVICES", v,
+		rc = gm_parse_visible("GPUMUTEX_VISIBLE_DEVICES", v,
 				      cfg->devices, &cfg->ndevices, err, errlen);
 		if (rc)
 			return rc;

@@ -257,7 +257,7 @@ int gm_config_from_env(struct gm_config *cfg, char *err, size_t errlen)
 	v = env("GPUMUTEX_VISIBLE_DEVICES");
 	if (!v || !*v)
 		return 1;
-	rc = gm_parse_devices("GPUMUTEX_VISIBLE_DEVICES", v, cfg->devices,
+	rc = gm_parse_visible("GPUMUTEX_VISIBLE_DEVICES", v, cfg->devices,
 			      &cfg->ndevices, err, errlen);
 	if (rc)
 		return rc;

@@ -195,6 +195,26 @@ size_t gm_format_list(char *buf, size_t len, const int *v, int n);
  */
 int gm_parse_devices(const char *name, const char *text, int *out, int *n,
 		     char *err, size_t errlen);
+
+/*
+ * GPUs by UUID (uuid.c). gm_parse_visible: gm_parse_devices for a user's
+ * setting (GPUMUTEX_VISIBLE_DEVICES, visible_devices), whose entries may
+ * also be GPU UUIDs ("GPU-...", or a prefix naming one GPU), mapped to
+ * NVML indices; a MIG instance ("MIG-...") is refused, and so is a UUID
+ * when NVML cannot be loaded or does not know it, with a message saying
+ * which. gm_uuid_index: one such entry (len bytes at p, in `text` of
+ * setting `name`) to its index; 0 or -EINVAL with a message.
+ * gm_is_uuid: whether len bytes at p look like a GPU- or MIG- UUID.
+ * gm_uuid_dlsym: the dlsym NVML's functions are looked up with; until a
+ * program sets it, every UUID is refused ("cannot load NVML").
+ */
+typedef void *(*gm_dlsym_fn)(void *handle, const char *name);
+void gm_uuid_dlsym(gm_dlsym_fn fn);
+int gm_parse_visible(const char *name, const char *text, int *out, int *n,
+		     char *err, size_t errlen);
+int gm_uuid_index(const char *name, const char *text, const char *p,
+		  size_t len, int *index, char *err, size_t errlen);
+int gm_is_uuid(const char *p, size_t len);
 int gm_parse_want(const char *name, const char *text, int ndevices, int *out,
 		  char *err, size_t errlen);
 int gm_parse_timeout(const char *name, const char *text, double *out,

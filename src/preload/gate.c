@@ -269,6 +269,9 @@ static int gate_run(int *py, int *next)
 	 * the environment, read here, once per process (src/lease/
 	 * conffile.c). Settings an enforcing file refuses are dropped with
 	 * one line; the process queues under the file's. */
+	/* GPUs named by UUID are looked up in NVML with the real dlsym
+	 * (ours is an interposer): src/lease/uuid.c. */
+	gm_uuid_dlsym(gmp_real_dlsym());
 	rc = gm_config_resolve(cfg, &conf_info, installed_copy(), err,
 			       sizeof gate_err);
 	if (rc == 1)

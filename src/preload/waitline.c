@@ -171,7 +171,8 @@ const char *gmp_user_cvd(void)
  *   plain indices "2,0"  candidates = the managed GPUs listed, in managed
  *                        order; an entry "-1" ends the list, as it does
  *                        for the driver;
- *   GPU-/MIG- UUIDs, anything else  not supported: -EINVAL.
+ *   GPU- UUIDs (or prefixes naming one GPU)  mapped to indices by NVML;
+ *   MIG- UUIDs, anything else  not supported: -EINVAL.
  * Returns 0 (cfg narrowed), 1, or -EINVAL with a message in err.
  */
 int gmp_narrow(struct gm_config *cfg, const char *cvd, char *err,
@@ -197,12 +198,18 @@ int gmp_narrow(struct gm_config *cfg, const char *cvd, char *err,
 			return 1; /* "" */
 		if (len == 2 && memcmp(p, "-1", 2) == 0)
 			break;
-		if (len > 4 && (memcmp(p, "GPU-", 4) == 0 ||
-				memcmp(p, "MIG-", 4) == 0)) {
-			snprintf(err, errlen,
-				 "CUDA_VISIBLE_DEVICES=\"%s\" names a GPU by UUID, which gpumutex does not support; use GPU indices (as in GPUMUTEX_VISIBLE_DEVICES) or unset it",
-				 cvd);
-			return -EINVAL;
+		if (gm_is_uuid(p, len)) {
+			int v;
+			/* By NVML (uuid.c); a MIG instance is refused there. */
+			if (gm_uuid_index("CUDA_VISIBLE_DEVICES", cvd, p, len,
+					  &v, err, errlen))
+				return -EINVAL;
+			listed |= UINT64_C(1) << v;
+			any = 1;
+			if (!*e)
+				break;
+			p = e + 1;
+			continue;
 		}
 		if (!is_index(p, len)) {
 			snprintf(err, errlen,
