@@ -2,6 +2,8 @@
  * olease.c - gpu-offload's gpumutex lease (olease.h).
  */
 #define _GNU_SOURCE
+#include "compat.h" /* dlsym at its oldest version */
+#include <dlfcn.h>
 #include <errno.h>
 #include <link.h>
 #include <stdio.h>
@@ -69,6 +71,7 @@ static int gpo__configure(char *err, size_t errlen)
 	/* As libgpumutex resolves it (the machine-wide file, GPUMUTEX_CONFIG,
 	 * the environment): the offloader must be under the same queue as
 	 * the CUDA programs of the machine. */
+	gm_uuid_dlsym(dlsym); /* GPUs named by UUID: src/lease/uuid.c */
 	rc = gm_config_resolve(&gpo__ol.cfg, &gpo__ol.info, 0, err, errlen);
 	if (rc == 1) {
 		gpo__ol.configured = 2;
