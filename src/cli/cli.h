@@ -24,9 +24,16 @@ void gm_cli_duration(int64_t ns, char *out, size_t len);
 /* `s` as a JSON string (quotes included; NULL as ""), to f (evlog.c). */
 void gm_json_str(FILE *f, const char *s);
 
+/* The running subcommand's full name ("gpumutex log"), which starts
+ * every message it prints; "gpumutex" before one is chosen. */
+extern const char *gm_cli_prog;
+/* A usage error: "<gm_cli_prog>: <message>" and a one-line hint to
+ * --help on stderr. Returns 2 (the exit status of usage errors). */
+int gm_cli_usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
 /* If argv[*i] is `name VALUE` or `name=VALUE`, return VALUE (advancing *i
  * past a separate value), else NULL. A missing value prints a usage error
- * and exits 2: this is for command-line programs only. */
+ * (gm_cli_usage_error) and exits 2: this is for command-line programs only. */
 const char *gm_cli_opt(int argc, char **argv, int *i, const char *name);
 
 /* The lock directory a subcommand uses: `dir` (from the flag or the

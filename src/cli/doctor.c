@@ -173,14 +173,27 @@ static int check_config(struct gm_config *cfg, struct gm_conf_info *info,
 		return 0;
 	}
 	gm_format_list(list, sizeof list, cfg->devices, cfg->ndevices);
-	say("config", OK, "from %s%s%s: GPUs %s, %d per job, lock directory %s, %s",
+	say("config", OK, "from %s%s%s: GPU%s %s managed, %d GPU%s per job, lock directory %s, %s",
 	    src, info->from_file ? " " : "", info->from_file ? info->file : "",
-	    list, cfg->want, cfg->lock_dir,
+	    cfg->ndevices == 1 ? "" : "s", list, cfg->want,
+	    cfg->want == 1 ? "" : "s", cfg->lock_dir,
 	    cfg->timeout_s < 0 ? "waiting for ever" : "waiting with a time-out");
 	return 1;
 }
 
 /* ---- The lock directory ------------------------------------------------ */
+
+/* What the lock directory's owner and mode say: `gpumutex init` as root
+ * leaves it root's with mode 0755; a job (gpumutex-run, a preloaded
+ * program) makes it 1777, whoever runs it, root included. */
+static const char *owner_note(const struct stat *st)
+{
+	if (st->st_uid == 0 && !(st->st_mode & 0022))
+		return " (prepared by root: gpumutex init)";
+	if (st->st_uid == 0)
+		return "; made by a job run as root, not by `gpumutex init`: any user can still add device files to it; let root prepare it (gpumutex init)";
+	return "; its owner can remove anybody's lock files: let root prepare it (gpumutex init)";
+}
 
 static int check_lockdir(const struct gm_config *cfg)
 {
@@ -253,11 +266,10 @@ static int check_lockdir(const struct gm_config *cfg)
 			    cfg->lock_dir);
 	}
 	if (fstat(d.root, &st) == 0)
-		say("lock_dir", ok ? (st.st_uid == 0 ? OK : NOTE) : PROBLEM,
+		say("lock_dir", ok ? (st.st_uid == 0 && !(st.st_mode & 0022) ? OK : NOTE) : PROBLEM,
 		    "%s: owned by uid %u, mode %04o%s", cfg->lock_dir,
 		    (unsigned)st.st_uid, (unsigned)(st.st_mode & 07777),
-		    st.st_uid == 0 ? " (prepared by root)" :
-		    "; its owner can remove anybody's lock files: let root prepare it (gpumutex init)");
+		    owner_note(&st));
 	gm__dir_close(&d);
 	{
 		struct gm_state s;
@@ -394,8 +406,7 @@ int gm_doctor_main(int argc, char **argv)
 			       "only when it would be queued. Calls no cuInit, takes no lock.\n");
 			return 0;
 		} else {
-			fprintf(stderr, "gpumutex doctor: unknown argument '%s'\n", argv[i]);
-			return 2;
+			return gm_cli_usage_error("unknown argument '%s'", argv[i]);
 		}
 	}
 	pre = check_preload(mech, sizeof mech);

@@ -35,6 +35,16 @@ void gm_mask_list(uint64_t m, char *out, size_t len)
 		gm_format_list(out, len, v, n);
 }
 
+int gm_job_prefix(const char *want, const char *job)
+{
+	size_t n = strlen(want);
+
+	/* The short form as shown ("3f9a0c1b22d..."): its prefix. */
+	if (n > 3 && !strcmp(want + n - 3, "..."))
+		n -= 3;
+	return n > 0 && !strncmp(want, job, n);
+}
+
 void gm_user_name(unsigned uid, char *out, size_t len)
 {
 	struct passwd pw, *res = NULL;
@@ -262,19 +272,19 @@ static int read_file(struct gm_log *log, int *cap, int dfd, const char *dname,
 
 	if (fd < 0) {
 		if (errno == ELOOP && notes)
-			fprintf(notes, "gpumutex: job/%s/%s: a symbolic link, not a log file; refused, its records are left out\n",
-				dname, name);
+			fprintf(notes, "%s: job/%s/%s: a symbolic link, not a log file; refused, its records are left out\n",
+				gm_cli_prog, dname, name);
 		else if (errno != ENOENT && notes)
-			fprintf(notes, "gpumutex: job/%s/%s: cannot open it (%s); its records are left out\n",
-				dname, name, strerror(errno));
+			fprintf(notes, "%s: job/%s/%s: cannot open it (%s); its records are left out\n",
+				gm_cli_prog, dname, name, strerror(errno));
 		if (errno != ENOENT)
 			log->refused++;
 		return 0;
 	}
 	if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != uid) {
 		if (notes)
-			fprintf(notes, "gpumutex: job/%s/%s: not a regular file of user %u (%s, owner %u); refused, its records are left out\n",
-				dname, name, uid,
+			fprintf(notes, "%s: job/%s/%s: not a regular file of user %u (%s, owner %u); refused, its records are left out\n",
+				gm_cli_prog, dname, name, uid,
 				S_ISFIFO(st.st_mode) ? "a FIFO" :
 				S_ISDIR(st.st_mode) ? "a directory" :
 				S_ISREG(st.st_mode) ? "a regular file" : "a special file",

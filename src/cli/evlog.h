@@ -11,6 +11,8 @@
 #include <stdio.h>
 #include <sys/types.h>
 
+#include "lease.h" /* gm_job_short */
+
 enum gm_evkind { EV_WAIT, EV_GRANT, EV_JOIN, EV_GIVEUP, EV_EXIT, EV_UTIL,
 		 EV_END, EV_OTHER };
 
@@ -96,6 +98,9 @@ int gm_ev_parse(const char *line, struct gm_ev *e);
 
 /* "0,1" from a bit set. */
 void gm_mask_list(uint64_t m, char *out, size_t len);
+/* Whether `want` (a --job value: any prefix, the short form included)
+ * names `job`. */
+int gm_job_prefix(const char *want, const char *job);
 /* A user's name, or the number. */
 void gm_user_name(unsigned uid, char *out, size_t len);
 /* Local time "2026-12-01 14:05:09" of real ns. */

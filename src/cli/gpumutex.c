@@ -5,6 +5,7 @@
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <errno.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,6 +16,22 @@
 #include "run.h"
 
 #define VERSION "0.1.0"
+
+/* "gpumutex log" while `gpumutex log` runs: the start of its messages. */
+static char prog_name[64] = "gpumutex";
+const char *gm_cli_prog = prog_name;
+
+int gm_cli_usage_error(const char *fmt, ...)
+{
+	va_list ap;
+
+	fprintf(stderr, "%s: ", gm_cli_prog);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fprintf(stderr, "\nTry '%s --help'.\n", gm_cli_prog);
+	return 2;
+}
 
 const char *gm_cli_opt(int argc, char **argv, int *i, const char *name)
 {
@@ -28,8 +45,7 @@ const char *gm_cli_opt(int argc, char **argv, int *i, const char *name)
 	if (a[n] != '\0')
 		return NULL;
 	if (*i + 1 >= argc) {
-		fprintf(stderr, "gpumutex: %s needs a value\n", name);
-		exit(2);
+		exit(gm_cli_usage_error("%s needs a value", name));
 	}
 	return argv[++*i];
 }
@@ -127,8 +143,7 @@ int gm_init_main(int argc, char **argv)
 			       GM_DEFAULT_LOCK_DIR);
 			return 0;
 		} else {
-			fprintf(stderr, "gpumutex init: unknown argument '%s'\n", argv[i]);
-			return 2;
+			return gm_cli_usage_error("unknown argument '%s'", argv[i]);
 		}
 	}
 	memset(&cfg, 0, sizeof cfg);
@@ -155,7 +170,7 @@ int gm_init_main(int argc, char **argv)
 		fprintf(stderr, "gpumutex init: %s\n", err);
 		return 1;
 	}
-	printf("gpumutex: lock directory %s ready for GPUs %s\n", dir, devs);
+	printf("gpumutex init: lock directory %s ready for GPUs %s\n", dir, devs);
 	return 0;
 }
 
@@ -192,9 +207,10 @@ int main(int argc, char **argv)
 		return 0;
 	}
 	for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
-		if (!strcmp(cmd, commands[i].name))
+		if (!strcmp(cmd, commands[i].name)) {
+			snprintf(prog_name, sizeof prog_name, "gpumutex %s", cmd);
 			return commands[i].main(argc - 1, argv + 1);
-	fprintf(stderr, "gpumutex: unknown command '%s'\n", cmd);
-	usage(stderr);
+		}
+	fprintf(stderr, "gpumutex: unknown command '%s'\nTry 'gpumutex help'.\n", cmd);
 	return 2;
 }

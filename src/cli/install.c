@@ -115,7 +115,8 @@ static void usage(FILE *f, int install)
 			"  --num-devices N         GPUs one job takes (default 1)\n"
 			"  --lock-dir DIR          the lock directory (default %s)\n"
 			"  --timeout SECONDS       longest wait (default: for ever)\n"
-			"  --quiet yes|no          no waiting line (default no)\n"
+			"  --quiet, --quiet=1|0    no waiting line (1), or the line (0; the\n"
+			"                          default), as `gpumutex run --quiet`\n"
 			"  --enforce yes|no        binding (default yes): the environment may\n"
 			"                          narrow but not widen or turn gpumutex off\n"
 			"  --lib PATH              the library to install (default: the\n"
@@ -166,6 +167,20 @@ static int parse_args(int argc, char **argv, struct opts *o, int install)
 			usage(stdout, install);
 			exit(0);
 		}
+		/* As `gpumutex run` takes it: alone, or =1|0 (never a separate
+		 * value, which would swallow the next flag). */
+		if (install && !strcmp(argv[i], "--quiet")) {
+			o->val[GM_CONF_QUIET] = "1";
+			continue;
+		}
+		if (install && !strncmp(argv[i], "--quiet=", 8)) {
+			char err[GM_ERR_MAX];
+			int q;
+			if (gm_parse_quiet("--quiet", argv[i] + 8, &q, err, sizeof err))
+				return gm_cli_usage_error("%s", err);
+			o->val[GM_CONF_QUIET] = argv[i] + 8;
+			continue;
+		}
 		if ((v = gm_cli_opt(argc, argv, &i, "--root")) != NULL) {
 			o->root = v;
 			continue;
@@ -175,16 +190,14 @@ static int parse_args(int argc, char **argv, struct opts *o, int install)
 			continue;
 		}
 		for (k = 0; install && k < GM_CONF_NKEYS; k++)
-			if ((v = gm_cli_opt(argc, argv, &i, flag_names[k])) != NULL) {
+			if (k != GM_CONF_QUIET && (v = gm_cli_opt(argc, argv, &i, flag_names[k])) != NULL) {
 				o->val[k] = v;
 				hit = 1;
 				break;
 			}
 		if (hit)
 			continue;
-		fprintf(stderr, "%s: unknown argument '%s'\n", o->prog, argv[i]);
-		usage(stderr, install);
-		return 2;
+		return gm_cli_usage_error("unknown argument '%s'", argv[i]);
 	}
 	if (!system) {
 		fprintf(stderr, "%s: only --system is supported (machine-wide mode, for root); for one user or one shell, use LD_PRELOAD or gpumutex run (docs/deploy.md)\n",

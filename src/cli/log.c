@@ -43,7 +43,7 @@ static void secs(char *out, size_t len, int64_t ns)
 
 static void print_ev(const struct gm_ev *e, int json)
 {
-	char user[64], when[32], dev[256], cand[256], w[32];
+	char user[64], when[32], dev[256], cand[256], w[32], js[GM_JOB_SHORT + 1];
 	const char *c = e->cmd ? e->cmd : "";
 
 	gm_user_name(e->uid, user, sizeof user);
@@ -85,8 +85,8 @@ static void print_ev(const struct gm_ev *e, int json)
 		return;
 	}
 	gm_clock(e->t, when, sizeof when, 1);
-	printf("%s  %-6s %-10s %-16.16s pid %-7d ", when, e->name, user,
-	       e->job, e->pid);
+	printf("%s  %-6s %-10s %-16s pid %-7d ", when, e->name, user,
+	       gm_job_short(e->job, js, sizeof js), e->pid);
 	switch (e->kind) {
 	case EV_WAIT:
 		printf("waits for %d of GPUs %s, %s", e->want, cand,
@@ -128,7 +128,7 @@ static void print_ev(const struct gm_ev *e, int json)
 static int wanted(const struct filt *f, int64_t t, unsigned uid, const char *job)
 {
 	return t >= f->since && (f->uid < 0 || (unsigned)f->uid == uid) &&
-	       (!f->job || !strcmp(f->job, job));
+	       (!f->job || gm_job_prefix(f->job, job));
 }
 
 static void end_ev(const struct gm_span *s, struct gm_ev *e)
@@ -163,6 +163,42 @@ uint64_t *gm_cli_live_leases(const char *dir, int *n)
 		v[(*n)++] = st.leases[i].lease_id;
 	gm_state_free(&st);
 	return v;
+}
+
+/* --job: the jobs of the log whose ids the value starts (any prefix, the
+ * short form included). 0 when it names one, or when following (a job to
+ * come may match); else 1 after a message. */
+static int job_check(const char *dir, const char *want, int follow)
+{
+	struct gm_log log;
+	const char *first = NULL;
+	int n = 0, shown = 0;
+
+	if (!want || follow || gm_log_read(dir, NULL, 0, NULL, &log) != 0)
+		return 0;
+	for (int i = 0; i < log.nev; i++) {
+		int seen = 0;
+		if (!gm_job_prefix(want, log.ev[i].job))
+			continue;
+		for (int k = 0; k < i && !seen; k++)
+			seen = !strcmp(log.ev[k].job, log.ev[i].job);
+		if (seen)
+			continue;
+		if (n++ == 0)
+			first = log.ev[i].job;
+		else if (n == 2)
+			fprintf(stderr, "gpumutex log: --job %s names more than one job (%s, %s", want,
+				first, log.ev[i].job), shown = 2;
+		else if (shown++ < 5)
+			fprintf(stderr, ", %s", log.ev[i].job);
+	}
+	if (n > 1)
+		fprintf(stderr, "%s); give more of its id\n", shown > 5 ? ", ..." : "");
+	else if (n == 0)
+		fprintf(stderr, "gpumutex log: --job %s: no job in the log has an id starting so (`gpumutex log` lists them)\n",
+			want);
+	gm_log_free(&log);
+	return n != 1;
 }
 
 /* Print what is new since (*last_t, printed ends); 0 or -errno. */
@@ -265,7 +301,8 @@ int gm_log_main(int argc, char **argv)
 			       "\n"
 			       "  --since WHEN   24h, 90m, 30s, 2d (ago), @UNIXTIME or\n"
 			       "                 \"YYYY-MM-DD[ HH:MM[:SS]]\" (default: all)\n"
-			       "  --job JOB      only this job's records\n"
+			       "  --job JOB      only this job's records (any unique prefix of\n"
+			       "                 its id, such as the short form shown)\n"
 			       "  --user USER    only this user's (a name or a uid)\n"
 			       "  --follow, -f   keep printing new records as they come\n"
 			       "  --json         one JSON object a line (JSON Lines)\n"
@@ -273,8 +310,7 @@ int gm_log_main(int argc, char **argv)
 			       GM_DEFAULT_LOCK_DIR);
 			return 0;
 		} else {
-			fprintf(stderr, "gpumutex log: unknown argument '%s'\n", argv[i]);
-			return 2;
+			return gm_cli_usage_error("unknown argument '%s'", argv[i]);
 		}
 	}
 	dir = gm_cli_lock_dir("gpumutex log", dir, dname);
@@ -287,6 +323,8 @@ int gm_log_main(int argc, char **argv)
 			since);
 		return 2;
 	}
+	if (job_check(dir, f.job, follow))
+		return 1;
 	rc = show(dir, &f, &last, &ends, &nends, 1);
 	if (rc == -ENOENT && !follow) {
 		fprintf(stderr, "gpumutex log: no lock directory at %s (nothing has run there)\n", dir);

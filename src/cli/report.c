@@ -34,7 +34,7 @@ static int popc(uint64_t m)
 
 void gm_report_dur(char *out, size_t len, int64_t ns)
 {
-	if (ns < 60 * NS)
+	if (ns < 60 * NS - 5000000) /* else "60.00s": past the minute */
 		snprintf(out, len, "%.2fs", ns / 1e9);
 	else
 		gm_cli_duration(ns, out, len);
@@ -318,7 +318,7 @@ void gm_report_holders(const struct gm_report *r, const struct gm_wait *x,
 	out[0] = '\0';
 	for (int s = 0; s < L->nspans && n + 1 < len; s++) {
 		const struct gm_span *p = &L->spans[s];
-		char user[64], lab[GM_CMD_MAX];
+		char user[64], lab[GM_CMD_MAX], js[GM_JOB_SHORT + 1];
 		if (!(p->dev & x->cand) || p->end <= x->start ||
 		    p->start >= wait_end(r, x) || (p->uid == x->uid && !strcmp(p->job, x->job)))
 			continue;
@@ -328,8 +328,9 @@ void gm_report_holders(const struct gm_report *r, const struct gm_wait *x,
 		}
 		gm_user_name(p->uid, user, sizeof user);
 		gm_report_label(p->cmd, lab, sizeof lab);
-		n += (size_t)snprintf(out + n, len - n, "%s%s/%.16s (%.40s)",
-				      n ? ", " : "", user, p->job, lab);
+		n += (size_t)snprintf(out + n, len - n, "%s%s/%s (%.40s)",
+				      n ? ", " : "", user,
+				      gm_job_short(p->job, js, sizeof js), lab);
 		if (n >= len)
 			n = len - 1;
 	}
@@ -339,13 +340,13 @@ void gm_report_holders(const struct gm_report *r, const struct gm_wait *x,
 
 static void text(const struct gm_report *r)
 {
-	char a[32], b[32], c[32], d[32], user[64];
+	char a[32], b[32], c[32], d[32], user[64], js[GM_JOB_SHORT + 1];
 	const struct gm_log *L = r->log;
 	int64_t span = r->to - r->from;
 
 	gm_clock(r->from, a, sizeof a, 1);
 	gm_clock(r->to, b, sizeof b, 1);
-	gm_cli_duration(span, c, sizeof c);
+	gm_report_dur(c, sizeof c, span);
 	printf("gpumutex report: %s, %s to %s (%s)\n\n", r->lock_dir, a, b, c);
 	if (!r->ngpus) {
 		printf("Nothing happened in this window (no lease, no wait).\n");
@@ -384,8 +385,8 @@ static void text(const struct gm_report *r)
 			gm_user_name(x->uid, user, sizeof user);
 			gm_mask_list(x->cand, cand, sizeof cand);
 			gm_report_holders(r, x, held, sizeof held);
-			printf("  %-9s %-8s %-16.16s %d of GPU %s, %s; meanwhile: %s\n", a,
-			       user, x->job, x->want, cand, x->outcome, held);
+			printf("  %-9s %-8s %-16s %d of GPU %s, %s; meanwhile: %s\n", a,
+			       user, gm_job_short(x->job, js, sizeof js), x->want, cand, x->outcome, held);
 		}
 	}
 	printf("\n%-10s %10s %7s %6s %10s %8s\n", "USER", "GPU-HOURS", "LEASES",
@@ -403,7 +404,8 @@ static void text(const struct gm_report *r)
 		const struct gm_rwho *j = &r->jobs[i];
 		gm_user_name(j->uid, user, sizeof user);
 		gm_report_dur(a, sizeof a, j->waited);
-		printf("%-18.18s %-10s %10.4f %6d %10s %8d %.60s\n", j->job, user,
+		printf("%-18s %-10s %10.4f %6d %10s %8d %.60s\n",
+		       gm_job_short(j->job, js, sizeof js), user,
 		       j->gpu_hours, j->waits, a, j->timeouts, j->cmd ? j->cmd : "");
 	}
 	printf("\nLeases that held a GPU while it was idle (utilisation samples, `gpumutex sample`):\n");
@@ -416,8 +418,9 @@ static void text(const struct gm_report *r)
 		gm_report_dur(a, sizeof a, x->idle);
 		gm_report_dur(d, sizeof d, x->sampled);
 		gm_user_name(p->uid, user, sizeof user);
-		printf("  GPU %-2d idle %-9s of %-9s sampled (mean %3.0f%%)  %-8s %-16.16s %.50s\n",
-		       x->dev, a, d, x->mean_util, user, p->job, p->cmd);
+		printf("  GPU %-2d idle %-9s of %-9s sampled (mean %3.0f%%)  %-8s %-16s %.50s\n",
+		       x->dev, a, d, x->mean_util, user,
+		       gm_job_short(p->job, js, sizeof js), p->cmd);
 	}
 	{
 		int inexact = 0;
@@ -429,14 +432,19 @@ static void text(const struct gm_report *r)
 	}
 }
 
-static int write_file(const char *path, const struct gm_report *r, int html)
+/* --svg, --html: opened before anything is read or printed, so that a
+ * path that cannot be written fails the command at once, alone. */
+static FILE *open_out(const char *path)
 {
-	FILE *f = fopen(path, "w");
+	FILE *f = path ? fopen(path, "w") : NULL;
 
-	if (!f) {
+	if (path && !f)
 		fprintf(stderr, "gpumutex report: cannot write %s: %s\n", path, strerror(errno));
-		return 1;
-	}
+	return f;
+}
+
+static int write_file(FILE *f, const char *path, const struct gm_report *r, int html)
+{
 	if (html)
 		gm_report_html(f, r);
 	else
@@ -452,6 +460,7 @@ int gm_report_main(int argc, char **argv)
 {
 	const char *dir = getenv("GPUMUTEX_LOCK_DIR"), *dname = "GPUMUTEX_LOCK_DIR";
 	const char *since = "24h", *until = NULL, *svg = NULL, *html = NULL;
+	FILE *svg_f = NULL, *html_f = NULL;
 	int as_json = 0, rc, nlive = 0, quiet = 0;
 	struct gm_report r;
 	struct gm_log log;
@@ -500,8 +509,7 @@ int gm_report_main(int argc, char **argv)
 			       GM_DEFAULT_LOCK_DIR);
 			return 0;
 		} else {
-			fprintf(stderr, "gpumutex report: unknown argument '%s'\n", argv[i]);
-			return 2;
+			return gm_cli_usage_error("unknown argument '%s'", argv[i]);
 		}
 	}
 	dir = gm_cli_lock_dir("gpumutex report", dir, dname);
@@ -510,11 +518,25 @@ int gm_report_main(int argc, char **argv)
 	memset(&r, 0, sizeof r);
 	clock_gettime(CLOCK_REALTIME, &ts);
 	r.to = (int64_t)ts.tv_sec * NS + ts.tv_nsec;
-	if (gm_parse_since(since, r.to, &r.from) ||
-	    (until && gm_parse_since(until, r.to, &r.to))) {
-		fprintf(stderr, "gpumutex report: %s: expected 24h, 90m, 30s, 2d, @UNIXTIME or YYYY-MM-DD[ HH:MM[:SS]]\n",
-			until ? until : since);
+	if (gm_parse_since(since, r.to, &r.from)) {
+		fprintf(stderr, "gpumutex report: --since %s: expected 24h, 90m, 30s, 2d, @UNIXTIME or YYYY-MM-DD[ HH:MM[:SS]]\n",
+			since);
 		return 2;
+	}
+	if (until && gm_parse_since(until, r.to, &r.to)) {
+		fprintf(stderr, "gpumutex report: --until %s: expected 24h, 90m, 30s, 2d, @UNIXTIME or YYYY-MM-DD[ HH:MM[:SS]]\n",
+			until);
+		return 2;
+	}
+	if (r.to < r.from) {
+		fprintf(stderr, "gpumutex report: --until %s is before --since %s, an empty window; give the earlier time to --since (24h, 90m... count back from now)\n",
+			until, since);
+		return 2;
+	}
+	if ((svg && !(svg_f = open_out(svg))) || (html && !(html_f = open_out(html)))) {
+		if (svg_f)
+			fclose(svg_f);
+		return 1;
 	}
 	live = gm_cli_live_leases(dir, &nlive);
 	rc = gm_log_read(dir, live, nlive, stderr, &log);
@@ -544,10 +566,10 @@ int gm_report_main(int argc, char **argv)
 	r.top = (int)top;
 	gm_report_build(&r);
 	rc = 0;
-	if (svg)
-		rc |= write_file(svg, &r, 0);
-	if (html)
-		rc |= write_file(html, &r, 1);
+	if (svg_f)
+		rc |= write_file(svg_f, svg, &r, 0);
+	if (html_f)
+		rc |= write_file(html_f, html, &r, 1);
 	if (as_json)
 		gm_report_json(&r);
 	else if (!quiet || (!svg && !html))

@@ -28,6 +28,8 @@
 #include "run.h"
 
 #define PROG "gpumutex-run"
+/* Who speaks in messages: gpumutex-run, or `gpumutex run` (gm_run_main). */
+static const char *prog = PROG;
 #define VERSION "0.1.0"
 
 static void help(void)
@@ -89,11 +91,11 @@ static int usage_error(const char *fmt, ...)
 {
 	va_list ap;
 
-	fprintf(stderr, PROG ": ");
+	fprintf(stderr, "%s: ", prog);
 	va_start(ap, fmt);
 	vfprintf(stderr, fmt, ap);
 	va_end(ap);
-	fprintf(stderr, "\nTry '" PROG " --help'.\n");
+	fprintf(stderr, "\nTry '%s --help'.\n", prog);
 	return 2;
 }
 
@@ -108,8 +110,8 @@ static int find_library(char *out, size_t len)
 	if (env && *env) {
 		if (!realpath(env, out) || strlen(out) >= len) {
 			fprintf(stderr,
-				PROG ": GPUMUTEX_LIBRARY=\"%s\" cannot be used: %s\n",
-				env, strerror(errno));
+				"%s: GPUMUTEX_LIBRARY=\"%s\" cannot be used: %s\n",
+				prog, env, strerror(errno));
 			return 2;
 		}
 		return 0;
@@ -117,8 +119,8 @@ static int find_library(char *out, size_t len)
 	n = readlink("/proc/self/exe", exe, sizeof exe - 1);
 	if (n <= 0) {
 		fprintf(stderr,
-			PROG ": cannot find my own path in /proc/self/exe (%s); set GPUMUTEX_LIBRARY to the absolute path of libgpumutex.so\n",
-			strerror(errno));
+			"%s: cannot find my own path in /proc/self/exe (%s); set GPUMUTEX_LIBRARY to the absolute path of libgpumutex.so\n",
+			prog, strerror(errno));
 		return 2;
 	}
 	exe[n] = '\0';
@@ -128,8 +130,8 @@ static int find_library(char *out, size_t len)
 	if ((size_t)snprintf(out, len, "%s/libgpumutex.so", exe) >= len ||
 	    access(out, R_OK) != 0) {
 		fprintf(stderr,
-			PROG ": cannot find %s/libgpumutex.so; install it next to " PROG " or set GPUMUTEX_LIBRARY to its absolute path\n",
-			exe);
+			"%s: cannot find %s/libgpumutex.so; install it next to " PROG " or set GPUMUTEX_LIBRARY to its absolute path\n",
+			prog, exe);
 		return 2;
 	}
 	return 0;
@@ -270,8 +272,8 @@ static int enclosing_job(const char *cmd, const char *inherited,
 	if (rc == 2) {
 		if (!cfg->quiet)
 			fprintf(stderr,
-				PROG ": %s runs inside job %s (GPUMUTEX_JOB, inherited), which is taking its GPUs: it joins that job and shares them instead of waiting for GPUs its own caller will hold; --quiet hides this line\n",
-				cmd, inherited);
+				"%s: %s runs inside job %s (GPUMUTEX_JOB, inherited), which is taking its GPUs: it joins that job and shares them instead of waiting for GPUs its own caller will hold; --quiet hides this line\n",
+				prog, cmd, inherited);
 		return 1;
 	}
 	mine = *cfg;
@@ -281,8 +283,8 @@ static int enclosing_job(const char *cmd, const char *inherited,
 		char list[GM_MAX_DEVICES * 4];
 		gm_format_list(list, sizeof list, cfg->devices, cfg->ndevices);
 		fprintf(stderr,
-			PROG ": %s runs inside job %s (GPUMUTEX_JOB, inherited), which holds GPUs now, so it can only share them: as a new job it would wait for GPUs its own caller holds (for ever, if the caller waits for it); but %s (%s %s, %s %d); give it settings that fit the job's GPUs, or run it outside that job\n",
-			cmd, inherited, err,
+			"%s: %s runs inside job %s (GPUMUTEX_JOB, inherited), which holds GPUs now, so it can only share them: as a new job it would wait for GPUs its own caller holds (for ever, if the caller waits for it); but %s (%s %s, %s %d); give it settings that fit the job's GPUs, or run it outside that job\n",
+			prog, cmd, inherited, err,
 			flag[0] ? "--visible-devices" : "GPUMUTEX_VISIBLE_DEVICES", list,
 			flag[1] ? "--num-devices" : "GPUMUTEX_NUM_DEVICES", cfg->want);
 		return -1;
@@ -290,13 +292,17 @@ static int enclosing_job(const char *cmd, const char *inherited,
 	gm_format_list(held, sizeof held, js.devices, js.ndevices);
 	if (!cfg->quiet)
 		fprintf(stderr,
-			PROG ": %s runs inside job %s (GPUMUTEX_JOB, inherited), which holds GPU%s %s: it joins that job and shares its GPUs instead of waiting for GPUs its own caller holds; --quiet hides this line\n",
-			cmd, inherited, js.ndevices == 1 ? "" : "s", held);
+			"%s: %s runs inside job %s (GPUMUTEX_JOB, inherited), which holds GPU%s %s: it joins that job and shares its GPUs instead of waiting for GPUs its own caller holds; --quiet hides this line\n",
+			prog, cmd, inherited, js.ndevices == 1 ? "" : "s", held);
 	return 1;
 }
 
 int gm_run_main(int argc, char **argv)
 {
+	/* As a subcommand, argv[0] is "run" (gpumutex.c); as gpumutex-run,
+	 * the program's path. */
+	if (argc > 0 && !strcmp(argv[0], "run"))
+		prog = "gpumutex run";
 	static const char *const names[] = { "--visible-devices",
 					     "--num-devices", "--lock-dir",
 					     "--timeout" };
@@ -431,8 +437,8 @@ int gm_run_main(int argc, char **argv)
 	rc = gm_lockdir_prepare(&cfg, err, sizeof err);
 	if (rc) {
 		fprintf(stderr,
-			PROG ": cannot use the lock directory %s (%s): %s\n",
-			cfg.lock_dir,
+			"%s: cannot use the lock directory %s (%s): %s\n",
+			prog, cfg.lock_dir,
 			flag[2] ? "--lock-dir" : getenv(vars[2]) ?
 			"GPUMUTEX_LOCK_DIR" : "the default; set GPUMUTEX_LOCK_DIR or pass --lock-dir for another",
 			err);
@@ -443,10 +449,10 @@ int gm_run_main(int argc, char **argv)
 
 	execvp(argv[i], &argv[i]);
 	rc = errno;
-	fprintf(stderr, PROG ": %s: %s\n", argv[i], strerror(rc));
+	fprintf(stderr, "%s: %s: %s\n", prog, argv[i], strerror(rc));
 	return rc == ENOENT || rc == ENOTDIR ? 127 : 126;
 nomem:
-	fprintf(stderr, PROG ": cannot set the environment: %s\n",
+	fprintf(stderr, "%s: cannot set the environment: %s\n", prog,
 		strerror(errno));
 	return 2;
 }

@@ -50,8 +50,7 @@ int gm_sample_main(int argc, char **argv)
 			       "N rounds. Needs NVML (libnvidia-ml.so.1, from the driver).\n");
 			return 0;
 		} else {
-			fprintf(stderr, "gpumutex sample: unknown argument '%s'\n", argv[i]);
-			return 2;
+			return gm_cli_usage_error("unknown argument '%s'", argv[i]);
 		}
 	}
 	dir = gm_cli_lock_dir("gpumutex sample", dir, dname);

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "evlog.h" /* gm_job_short */
 #include "lease.h"
 #include "nvml.h"
 
@@ -30,10 +31,16 @@ static void user_name(uid_t uid, char *out, size_t len)
 		snprintf(out, len, "%u", (unsigned)uid);
 }
 
-/* 2m13s, 1h05m, 3d02h: the widest two units, like ps and nvidia-smi. */
+/* 2m13s, 1h05m, 3d02h: the widest two units, like ps and nvidia-smi,
+ * rounded to the nearest of the smaller unit (1.9 s is 2s, not 1s). */
 void gm_cli_duration(int64_t ns, char *out, size_t len)
 {
-	int64_t s = ns > 0 ? ns / 1000000000 : 0;
+	int64_t s = ns > 0 ? (ns + 500000000) / 1000000000 : 0;
+
+	if (s >= 3600)
+		s = (s + 30) / 60 * 60;     /* shown in hours and minutes */
+	if (s >= 86400)
+		s = (s + 1800) / 3600 * 3600; /* in days and hours */
 
 	if (s < 60)
 		snprintf(out, len, "%" PRId64 "s", s);
@@ -62,7 +69,7 @@ static void list_pids(const pid_t *v, int n, char *out, size_t len)
 static void print_no_context(FILE *f, const struct gm_state *st,
 			     const struct gm_nvml *nv)
 {
-	char devs[GM_MAX_DEVICES * 4], pids[256];
+	char devs[GM_MAX_DEVICES * 4], pids[256], js[GM_JOB_SHORT + 1];
 
 	for (int i = 0; i < st->nleases; i++) {
 		const struct gm_state_lease *l = &st->leases[i];
@@ -70,8 +77,9 @@ static void print_no_context(FILE *f, const struct gm_state *st,
 			continue;
 		gm_format_list(devs, sizeof devs, l->devices, l->ndevices);
 		list_pids(l->pids, l->npids, pids, sizeof pids);
-		fprintf(f, "No context (NVML): GPU%s %s held by job %.18s (pids %s), none of whose processes or their children has a context there\n",
-			l->ndevices == 1 ? "" : "s", devs, l->job, pids);
+		fprintf(f, "No context (NVML): GPU%s %s held by job %s (pids %s), none of whose processes or their children has a context there\n",
+			l->ndevices == 1 ? "" : "s", devs,
+			gm_job_short(l->job, js, sizeof js), pids);
 	}
 }
 
@@ -79,6 +87,7 @@ static void print_text(FILE *f, const char *dir, const struct gm_state *st,
 		       const struct gm_nvml *nv)
 {
 	char user[64], held[32], pids[256], devs[GM_MAX_DEVICES * 4];
+	char js[GM_JOB_SHORT + 1];
 
 	fprintf(f, "gpumutex status: %s\n\n", dir);
 	if (st->ndevices == 0) {
@@ -105,8 +114,9 @@ static void print_text(FILE *f, const char *dir, const struct gm_state *st,
 			if (l->nhidden) /* members in another PID namespace */
 				snprintf(pids + strlen(pids), sizeof pids - strlen(pids),
 					 "%s(%d elsewhere)", l->npids ? "+" : "", l->nhidden);
-			fprintf(f, "%-4d %-9s %-18.18s %-14.14s %-10.10s %-8s %s\n",
-				d->index, state, l->job, pids, user, held, l->cmd);
+			fprintf(f, "%-4d %-9s %-18s %-14.14s %-10.10s %-8s %s\n",
+				d->index, state, gm_job_short(l->job, js, sizeof js),
+				pids, user, held, l->cmd);
 		}
 	}
 	if (st->nunmanaged) {
@@ -135,8 +145,9 @@ static void print_text(FILE *f, const char *dir, const struct gm_state *st,
 		 * here: not shown. */
 		snprintf(pid, sizeof pid, w->pid_hidden ? "elsewhere" : "%d",
 			 (int)w->pid);
-		fprintf(f, "%-4d %-9s %-10.10s %-8s %-5d %-12s %-18.18s %s\n", i + 1,
-			pid, user, held, w->want, devs, w->job,
+		fprintf(f, "%-4d %-9s %-10.10s %-8s %-5d %-12s %-18s %s\n", i + 1,
+			pid, user, held, w->want, devs,
+			gm_job_short(w->job, js, sizeof js),
 			w->pid_hidden ? "(not visible from here)" : w->cmd);
 	}
 }
@@ -310,9 +321,7 @@ int gm_status_main(int argc, char **argv)
 			if (parse_interval(v, &interval))
 				return 2;
 		} else {
-			fprintf(stderr, "gpumutex status: unknown argument '%s'\n", a);
-			status_usage(stderr);
-			return 2;
+			return gm_cli_usage_error("unknown argument '%s'", a);
 		}
 	}
 	dir = gm_cli_lock_dir("gpumutex status", dir, dir_name);

@@ -31,8 +31,15 @@ static const char *palette[] = {
 };
 #define NPAL (int)(sizeof palette / sizeof palette[0])
 
+/* s escaped for XML, at most `max` characters (-1: all); one cut short
+ * ends in an ellipsis, so that "fakejob 25..." is never read as
+ * "fakejob 25". */
 static void esc(FILE *f, const char *s, int max)
 {
+	int cut = max >= 0 && s && strlen(s) > (size_t)max;
+
+	if (cut)
+		max = max > 0 ? max - 1 : 0;
 	for (int i = 0; s && *s && (max < 0 || i < max); s++, i++) {
 		switch (*s) {
 		case '<': fputs("&lt;", f); break;
@@ -42,6 +49,15 @@ static void esc(FILE *f, const char *s, int max)
 		default: fputc(*s, f);
 		}
 	}
+	if (cut && max > 0)
+		fputs("\xe2\x80\xa6", f); /* U+2026 */
+}
+
+/* The short job id (evlog.h); one at a time. */
+static const char *jshort(const char *job)
+{
+	static char b[GM_JOB_SHORT + 1];
+	return gm_job_short(job, b, sizeof b);
 }
 
 static const char *colour(const struct gm_report *r, unsigned uid)
@@ -276,7 +292,7 @@ static void row(FILE *f, const struct gm_report *r, const struct geo *g,
 		gm_clock(p->end, b1, sizeof b1, 0);
 		gm_report_dur(dur, sizeof dur, p->end - p->start);
 		fprintf(f, "<rect class=\"lease\" x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%d\" fill=\"%s\" stroke=\"#fff\" stroke-width=\"1\">"
-			"<title>%s, job %s: ", x0, y, x1 - x0, ROW, colour(r, p->uid), user, p->job);
+			"<title>%s, job %s: ", x0, y, x1 - x0, ROW, colour(r, p->uid), user, jshort(p->job));
 		esc(f, p->cmd, 200);
 		fprintf(f, "\n%s to %s (%s; end: %s)</title></rect>\n", b0, b1, dur, p->how);
 		if (!p->exact && strcmp(p->how, "live"))
@@ -486,7 +502,7 @@ void gm_report_html(FILE *f, const struct gm_report *r)
 		fprintf(f, "<td class=\"l\">");
 		esc(f, user, -1);
 		fprintf(f, "</td><td class=\"l\">");
-		esc(f, x->job, -1);
+		esc(f, jshort(x->job), -1);
 		fprintf(f, "</td><td>%d of %s</td><td class=\"l\">%s</td><td class=\"l\">", x->want, list, x->outcome);
 		esc(f, held, -1);
 		fprintf(f, "</td></tr>\n");
@@ -506,7 +522,7 @@ void gm_report_html(FILE *f, const struct gm_report *r)
 		const struct gm_rwho *j = &r->jobs[i];
 		gm_user_name(j->uid, user, sizeof user);
 		fprintf(f, "<tr><td class=\"l\">");
-		esc(f, j->job, -1);
+		esc(f, jshort(j->job), -1);
 		fprintf(f, "</td><td class=\"l\">");
 		esc(f, user, -1);
 		fprintf(f, "</td><td>%.3f</td><td>%d</td>", j->gpu_hours, j->waits);
@@ -526,7 +542,7 @@ void gm_report_html(FILE *f, const struct gm_report *r)
 		fprintf(f, "<td>%.0f%%</td><td class=\"l\">", x->mean_util);
 		esc(f, user, -1);
 		fprintf(f, "</td><td class=\"l\">");
-		esc(f, p->job, -1);
+		esc(f, jshort(p->job), -1);
 		fprintf(f, "</td><td class=\"l\">");
 		esc(f, p->cmd, 120);
 		fprintf(f, "</td></tr>\n");

@@ -18,14 +18,62 @@
 
 #include "internal.h"
 
+/* The longest run of characters other than spaces in s: its start, *n. */
+static char *longest_word(char *s, size_t *n)
+{
+	char *best = s;
+
+	*n = 0;
+	while (*s) {
+		size_t k = strcspn(s, " ");
+		if (k > *n)
+			best = s, *n = k;
+		s += k + strspn(s + k, " ");
+	}
+	return best;
+}
+
+/*
+ * msg (len bytes, malloc'ed) into err[errlen]: when too long, the longest
+ * values quoted in it (a 10,000-entry list, a 4,000-byte path) lose their
+ * middle to "..." rather than the message its end, which says what is
+ * wrong.
+ */
+static void fit(char *msg, size_t len, char *err, size_t errlen)
+{
+	while (len >= errlen) {
+		size_t r, keep, head, over = len - (errlen - 1);
+		char *w = longest_word(msg, &r);
+		if (r < 24)
+			break; /* nothing long left: cut the end after all */
+		keep = r > over + 19 ? r - over : 19; /* 8 + "..." + 8 at least */
+		head = (keep - 3) / 2;
+		memcpy(w + head, "...", 3);
+		memmove(w + head + 3, w + r - (keep - 3 - head),
+			strlen(w + r - (keep - 3 - head)) + 1);
+		len -= r - keep;
+	}
+	snprintf(err, errlen, "%s", msg);
+}
+
 int gm__fail(int rc, char *err, size_t errlen, const char *fmt, ...)
 {
-	if (err && errlen) {
-		va_list ap;
-		va_start(ap, fmt);
-		vsnprintf(err, errlen, fmt, ap);
-		va_end(ap);
+	va_list ap, again;
+	int n;
+	char *msg;
+
+	if (!err || !errlen)
+		return rc;
+	va_start(ap, fmt);
+	va_copy(again, ap);
+	n = vsnprintf(err, errlen, fmt, ap);
+	va_end(ap);
+	if (n >= 0 && (size_t)n >= errlen && (msg = malloc((size_t)n + 1))) {
+		vsnprintf(msg, (size_t)n + 1, fmt, again);
+		fit(msg, (size_t)n, err, errlen);
+		free(msg);
 	}
+	va_end(again);
 	return rc;
 }
 
@@ -82,6 +130,10 @@ int gm_parse_want(const char *name, const char *text, int ndevices, int *out,
 		return gm__fail(-EINVAL, err, errlen,
 				"%s=\"%s\" is not a number; expected how many GPUs one job needs, a decimal number from 1 to %d",
 				name, text ? text : "", ndevices);
+	if ((rc || v < 1 || v > (uint64_t)ndevices) && ndevices == 1)
+		return gm__fail(-EINVAL, err, errlen,
+				"%s=\"%s\" is out of range; only one GPU is managed, so a job takes that one (1)",
+				name, text);
 	if (rc || v < 1 || v > (uint64_t)ndevices)
 		return gm__fail(-EINVAL, err, errlen,
 				"%s=\"%s\" is out of range; a job can take from 1 to %d GPUs (the number of managed GPUs)",

@@ -176,6 +176,14 @@ int gm_parse_uint(const char *s, int base, uint64_t max, uint64_t *out);
  * Returns the length written. */
 size_t gm_format_list(char *buf, size_t len, const int *v, int n);
 
+/* The short form of a job id that every text output shows (gpumutex
+ * status, log, report, its picture, the waiting line): the id itself when
+ * it has at most GM_JOB_SHORT characters; a longer one (a generated id has
+ * 32 hex digits) as its first 12 and "...", 15 in all. `gpumutex log
+ * --job` takes it. Returns out. */
+#define GM_JOB_SHORT 16
+const char *gm_job_short(const char *job, char *out, size_t len);
+
 /*
  * The parsers behind gm_config_from_env, exposed for the CLI and the tests.
  * Each returns 0 or -EINVAL with a message naming `name` (the variable or

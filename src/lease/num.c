@@ -15,6 +15,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "lease.h"
 
@@ -67,6 +68,17 @@ size_t gm_format_list(char *buf, size_t len, const int *v, int n)
 		off += (size_t)k;
 	}
 	return off < len ? off : len - 1;
+}
+
+const char *gm_job_short(const char *job, char *out, size_t len)
+{
+	size_t n = job ? strlen(job) : 0;
+
+	if (n <= GM_JOB_SHORT)
+		snprintf(out, len, "%s", job ? job : "");
+	else
+		snprintf(out, len, "%.*s...", GM_JOB_SHORT - 3 - 1, job);
+	return out;
 }
 
 int gm_parse_uint(const char *s, int base, uint64_t max, uint64_t *out)

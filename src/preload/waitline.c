@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "gatepriv.h"
+#include "internal.h" /* gm__fail: long values cut in the middle */
 
 /* ---- The waiting message ------------------------------------------------ */
 
@@ -34,7 +35,7 @@ static void append(char *buf, size_t len, size_t *off, const char *fmt, ...)
 
 static void duration_format(char *buf, size_t len, int64_t ns)
 {
-	long s = ns > 0 ? (long)(ns / 1000000000) : 0;
+	long s = ns > 0 ? (long)((ns + 500000000) / 1000000000) : 0;
 
 	if (s >= 3600)
 		snprintf(buf, len, "%ldh%02ldm", s / 3600, s / 60 % 60);
@@ -44,11 +45,21 @@ static void duration_format(char *buf, size_t len, int64_t ns)
 		snprintf(buf, len, "%lds", s);
 }
 
-/* A command line for a one-line message: no control characters, cut. */
+/* The waiting line's length it keeps to (the holder's part shrinks to
+ * fit): the detail is `gpumutex status`'s. */
+#define GMP_LINE_TARGET 200
+
+/* A command line for a one-line message: the program's name without its
+ * directory, then its arguments; no control characters; at most len - 1
+ * bytes, ending in "..." when cut. */
 static void cmd_format(char *buf, size_t len, const char *cmd)
 {
+	const char *sp = strchr(cmd, ' '), *slash;
 	size_t i = 0;
 
+	for (slash = cmd; *slash && (!sp || slash < sp); slash++)
+		if (*slash == '/')
+			cmd = slash + 1;
 	for (; cmd[i] && i + 1 < len; i++)
 		buf[i] = (unsigned char)cmd[i] < 0x20 || cmd[i] == 0x7f ?
 			' ' : cmd[i];
@@ -57,39 +68,81 @@ static void cmd_format(char *buf, size_t len, const char *cmd)
 		memcpy(buf + len - 4, "...", 4);
 }
 
+/* A device list for the line: "..." past 24 characters. */
+static void list_format(char *buf, size_t len, const int *v, int n)
+{
+	gm_format_list(buf, len, v, n);
+	if (len > 25 && strlen(buf) > 24)
+		memcpy(buf + 21, "...", 4);
+}
+
 /*
  * gmp_on_wait's buffers: static, not on the stack (cuInit may run on a
  * thread with a 16 KiB stack). It runs only inside an acquire, under the
  * gate's lock, so one thread at a time uses them.
  */
 static struct {
-	char line[1400], list[GM_MAX_DEVICES * 4], devs[GM_MAX_DEVICES * 4];
-	char err[GM_ERR_MAX], cmd[64], dur[32];
+	char line[512], list[GM_MAX_DEVICES * 4], devs[GM_MAX_DEVICES * 4];
+	char err[GM_ERR_MAX], cmd[128], dur[32], job[GM_JOB_SHORT + 1];
+	char hold[256], tail[128];
 	struct gm_state st;
 } wb;
 
+/* "; GPU 0 held by job J (pid P, 'cmd', 2m13s) and 2 more" in wb.hold,
+ * with as much of it as `budget` bytes allow (the job at least). */
+static void holder_part(const struct gm_state *st, const struct gm_state_lease *l,
+			int more, long budget)
+{
+	char tail[32] = "";
+	int pid = l->npids ? (int)l->pids[0] : 0, n;
+
+	list_format(wb.devs, sizeof wb.devs, l->devices, l->ndevices);
+	gm_job_short(l->job, wb.job, sizeof wb.job);
+	duration_format(wb.dur, sizeof wb.dur, st->now_ns - l->start_ns);
+	if (more)
+		snprintf(tail, sizeof tail, " and %d more", more);
+	/* With the command, cut to what is left (at least 8 characters). */
+	n = snprintf(wb.hold, sizeof wb.hold, "; GPU%s %s held by job %s (pid %d, '', %s)%s",
+		     l->ndevices == 1 ? "" : "s", wb.devs, wb.job, pid, wb.dur, tail);
+	if (budget - n >= 8 && *l->cmd) {
+		size_t c = (size_t)(budget - n) + 1;
+		cmd_format(wb.cmd, c < sizeof wb.cmd ? c : sizeof wb.cmd, l->cmd);
+		snprintf(wb.hold, sizeof wb.hold, "; GPU%s %s held by job %s (pid %d, '%s', %s)%s",
+			 l->ndevices == 1 ? "" : "s", wb.devs, wb.job, pid, wb.cmd, wb.dur, tail);
+		return;
+	}
+	n = snprintf(wb.hold, sizeof wb.hold, "; GPU%s %s held by job %s (pid %d, %s)%s",
+		     l->ndevices == 1 ? "" : "s", wb.devs, wb.job, pid, wb.dur, tail);
+	if (n <= budget)
+		return;
+	snprintf(wb.hold, sizeof wb.hold, "; GPU%s %s held by job %s%s",
+		 l->ndevices == 1 ? "" : "s", wb.devs, wb.job, tail);
+}
+
 /*
  * gm_acquire_hooks.on_wait: called once, when this process first has to
- * wait. Says in one line what it waits for, its place, and who holds the
- * GPUs, from a lock-free snapshot of the lock directory.
+ * wait. Says in one line of about GMP_LINE_TARGET characters what it
+ * waits for, its place, who holds the GPUs (the first holder; how many
+ * more) and where it waits, from a lock-free snapshot of the lock
+ * directory. `gpumutex status` has the rest.
  */
 void gmp_on_wait(void *arg, const struct gm_wait_info *w)
 {
-	const struct gm_config *cfg = ((struct wait_ctx *)arg)->cfg;
+	const struct wait_ctx *ctx = arg;
+	const struct gm_config *cfg = ctx->cfg;
 	char *line = wb.line;
 	size_t off = 0, len = sizeof wb.line;
 	struct gm_state *st = &wb.st;
-	int holders = 0;
+	const struct gm_state_lease *first = NULL;
+	int more = 0;
 
 	if (cfg->quiet)
 		return;
-	gm_format_list(wb.list, sizeof wb.list, cfg->devices, cfg->ndevices);
-	append(line, len, &off,
-	       "pid %d waits for %d GPU%s of %s (job %s, ", (int)getpid(),
-	       cfg->want, cfg->want == 1 ? "" : "s", wb.list, cfg->job);
+	list_format(wb.list, sizeof wb.list, cfg->devices, cfg->ndevices);
+	append(line, len, &off, "pid %d waits for %d GPU%s of %s (", (int)getpid(),
+	       cfg->want, cfg->want == 1 ? "" : "s", wb.list);
 	if (w->job_busy)
-		append(line, len, &off,
-		       "another process of this job is taking the lease)");
+		append(line, len, &off, "its job is taking the lease)");
 	else if (w->head)
 		append(line, len, &off, "next in line)");
 	else if (w->ahead <= 1)
@@ -98,9 +151,15 @@ void gmp_on_wait(void *arg, const struct gm_wait_info *w)
 		/* A bound: counting exactly would cost a look at every ticket,
 		 * and this line must cost the same however long the queue. */
 		append(line, len, &off, "up to %d ahead)", w->ahead);
+	if (ctx->call)
+		snprintf(wb.tail, sizeof wb.tail, "; it waits at its first GPU call (%s)",
+			 ctx->call);
+	else /* a pool: docs/preload.md, "Device queries in PyTorch" */
+		snprintf(wb.tail, sizeof wb.tail,
+			 "; it waits in cuInit (torch's queries too, unless PYTORCH_NVML_BASED_CUDA_CHECK=1)");
 	if (gm_state_read_holders(cfg->lock_dir, cfg->devices, cfg->ndevices,
 				  st, wb.err, sizeof wb.err) == 0) {
-		for (int i = 0; i < st->nleases && off < len - 200; i++) {
+		for (int i = 0; i < st->nleases; i++) {
 			const struct gm_state_lease *l = &st->leases[i];
 			int hit = 0;
 
@@ -109,30 +168,21 @@ void gmp_on_wait(void *arg, const struct gm_wait_info *w)
 					hit |= l->devices[a] == cfg->devices[b];
 			if (!hit || strcmp(l->job, cfg->job) == 0)
 				continue;
-			gm_format_list(wb.devs, sizeof wb.devs, l->devices,
-				    l->ndevices);
-			cmd_format(wb.cmd, sizeof wb.cmd, l->cmd);
-			duration_format(wb.dur, sizeof wb.dur,
-					st->now_ns - l->start_ns);
-			append(line, len, &off,
-			       "; GPU%s %s held by job %s (pid %d%s, '%s', for %s)",
-			       l->ndevices == 1 ? "" : "s",
-			       wb.devs, l->job, l->npids ? (int)l->pids[0] : 0,
-			       l->npids > 1 ? " and others" : "", wb.cmd, wb.dur);
-			holders++;
+			if (first)
+				more++;
+			else
+				first = l;
 		}
+		if (first)
+			holder_part(st, first, more, GMP_LINE_TARGET - 10 -
+				    (long)off - (long)strlen(wb.tail));
 		gm_state_free(st);
 	}
-	if (!holders)
-		append(line, len, &off, "; GPUs %s are busy", wb.list);
-	if (((struct wait_ctx *)arg)->call)
-		append(line, len, &off, "; it waits at its first GPU call (%s)",
-		       ((struct wait_ctx *)arg)->call);
-	else
-		append(line, len, &off,
-		       "; it waits in cuInit, which the CUDA runtime also calls for device queries such as torch.cuda.is_available() (a pool: GPUMUTEX_NUM_DEVICES=%d of %d GPUs); with GPUMUTEX_NUM_DEVICES equal to the number of GPUs it may use, or PYTORCH_NVML_BASED_CUDA_CHECK=1 for torch's queries, queries do not wait",
-		       cfg->want, cfg->ndevices);
-	append(line, len, &off, "; GPUMUTEX_QUIET=1 hides this line");
+	if (!first)
+		snprintf(wb.hold, sizeof wb.hold, "; GPU%s %s %s busy",
+			 cfg->ndevices == 1 ? "" : "s", wb.list,
+			 cfg->ndevices == 1 ? "is" : "are");
+	append(line, len, &off, "%s%s", wb.hold, wb.tail);
 	gmp_say("%s", line);
 }
 
@@ -212,7 +262,7 @@ int gmp_narrow(struct gm_config *cfg, const char *cvd, char *err,
 			continue;
 		}
 		if (!is_index(p, len)) {
-			snprintf(err, errlen,
+			gm__fail(0, err, errlen,
 				 "CUDA_VISIBLE_DEVICES=\"%s\" is not a list of GPU indices; use indices such as \"0,1\", \"\" or \"-1\" for no GPU, or unset it",
 				 cvd);
 			return -EINVAL;
@@ -234,13 +284,13 @@ int gmp_narrow(struct gm_config *cfg, const char *cvd, char *err,
 		if (listed & (UINT64_C(1) << cfg->devices[i]))
 			cfg->devices[n++] = cfg->devices[i];
 	if (n == 0) {
-		snprintf(err, errlen,
+		gm__fail(0, err, errlen,
 			 "CUDA_VISIBLE_DEVICES=\"%s\" names none of the GPUs gpumutex manages (GPUMUTEX_VISIBLE_DEVICES=\"%s\"); unset it or list managed GPUs",
 			 cvd, managed);
 		return -EINVAL;
 	}
 	if (n < cfg->want) {
-		snprintf(err, errlen,
+		gm__fail(0, err, errlen,
 			 "CUDA_VISIBLE_DEVICES=\"%s\" leaves %d of the managed GPUs (GPUMUTEX_VISIBLE_DEVICES=\"%s\"), fewer than GPUMUTEX_NUM_DEVICES=%d",
 			 cvd, n, managed, cfg->want);
 		return -EINVAL;
