@@ -59,8 +59,9 @@ def events(since: _When = None, job: Optional[str] = None,
     datetime, a Unix time, or the command's text ("24h", "90m",
     "@1700000000", "2026-12-01 09:00"); None for everything."""
     args = ["log", "--json"] + _since_arg(since) + _lock_dir_args(lock_dir)
-    if job is not None:
-        args += ["--job", job]
     if user is not None:
         args += ["--user", str(user)]
-    return [json.loads(line) for line in _run(args).splitlines() if line]
+    # `job` is a whole job id, filtered here: the command's --job takes
+    # prefixes and refuses one that names no job (or several).
+    return [e for e in (json.loads(line) for line in _run(args).splitlines()
+                        if line) if job is None or e.get("job") == job]
