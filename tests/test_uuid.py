@@ -109,3 +109,30 @@ def test_init_takes_uuids(built, tmp_path):
                        capture_output=True, text=True, timeout=60)
     assert p.returncode == 2
     assert p.stderr.count("\n") == 1 and "libnvidia-ml.so.1" in p.stderr
+
+
+def test_gpumutex_run_and_python_map_uuids(built, tmp_path):
+    """gpumutex-run and the Python package give the child the GPU's index
+    (CUDA_VISIBLE_DEVICES before the grant: docs/preload.md)."""
+    env = dict(os.environ, LD_LIBRARY_PATH=FAKENVML)
+    env.pop("FAKENVML_FILE", None)
+    lockdir = str(tmp_path / "locks")
+    r = subprocess.run([os.path.join(BUILD, "gpumutex-run"), "--visible-devices",
+                        uuid(1), "--lock-dir", lockdir, "--", "env"],
+                       env=env, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert "CUDA_VISIBLE_DEVICES=1" in r.stdout.splitlines()
+    py = subprocess.run(
+        ["/usr/bin/python3", "-c",
+         "import gpumutex; e = gpumutex.environ(visible_devices=%r, env={}); "
+         "print(e['CUDA_VISIBLE_DEVICES'])" % (uuid(1) + "," + uuid(0))],
+        env=dict(env, PYTHONPATH=os.path.join(os.path.dirname(BUILD), "python")),
+        capture_output=True, text=True, timeout=60)
+    assert py.returncode == 0, py.stderr
+    assert py.stdout.strip() == "0"  # the first of them, in PCI order
+    mig = subprocess.run(
+        ["/usr/bin/python3", "-c",
+         "import gpumutex; gpumutex.environ(visible_devices='MIG-1', env={})"],
+        env=dict(env, PYTHONPATH=os.path.join(os.path.dirname(BUILD), "python")),
+        capture_output=True, text=True, timeout=60)
+    assert mig.returncode == 1 and "names a MIG instance" in mig.stderr

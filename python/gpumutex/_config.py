@@ -74,6 +74,8 @@ def parse_devices(name: str, text: str) -> List[int]:
             f'indices such as "0,1,2,3"')
     out: List[int] = []
     for entry in text.split(","):
+        if entry.startswith(("GPU-", "MIG-")) and len(entry) > 4:
+            entry = str(_uuid_index(name, text, entry))
         if not _DEVICE_ENTRY.fullmatch(entry):
             raise ValueError(
                 f"{name}={text!r} is not a list of GPU indices; expected "
@@ -90,6 +92,56 @@ def parse_devices(name: str, text: str) -> List[int]:
                 f"appear once")
         out.append(index)
     return out
+
+
+def _uuid_index(name: str, text: str, uuid: str) -> int:
+    """A GPU named by UUID (or a prefix naming one GPU) -> its NVML index,
+    as the C core maps it (src/lease/uuid.c), or ValueError."""
+    if uuid.startswith("MIG-"):
+        raise ValueError(
+            f"{name}={text!r} names a MIG instance ({uuid[:60]}); gpumutex "
+            f"leases whole GPUs, so name the GPU (its index or GPU- UUID) "
+            f"instead")
+    import ctypes
+    why = None
+    try:
+        nvml = ctypes.CDLL("libnvidia-ml.so.1")
+    except OSError as e:
+        why = ("NVML (libnvidia-ml.so.1, part of the NVIDIA driver) cannot "
+               f"be loaded: {e}")
+    found: List[int] = []
+    exact = None
+    if why is None:
+        if nvml.nvmlInit_v2() != 0:
+            why = "NVML failed to initialise"
+        else:
+            count = ctypes.c_uint(0)
+            if nvml.nvmlDeviceGetCount_v2(ctypes.byref(count)) != 0:
+                count.value = 0
+            for i in range(min(count.value, MAX_DEVICES)):
+                handle = ctypes.c_void_p()
+                buf = ctypes.create_string_buffer(96)
+                if (nvml.nvmlDeviceGetHandleByIndex_v2(i, ctypes.byref(handle))
+                        or nvml.nvmlDeviceGetUUID(handle, buf, 96)):
+                    continue
+                u = buf.value.decode("ascii", "replace")
+                if u == uuid:
+                    exact = i
+                elif u.startswith(uuid):
+                    found.append(i)
+            nvml.nvmlShutdown()
+            if exact is not None:
+                return exact
+            if not found:
+                why = ("no GPU NVML sees has that UUID (`nvidia-smi -L` lists "
+                       "them)")
+            elif len(found) > 1:
+                why = "more than one GPU's UUID starts so; give more of it"
+            else:
+                return found[0]
+    raise ValueError(
+        f"{name}={text!r} names a GPU by UUID ({uuid[:60]}), which gpumutex "
+        f"maps to an index through NVML: {why}; or use GPU indices")
 
 
 def parse_num_devices(name: str, text: str, ndevices: int) -> int:

@@ -327,7 +327,7 @@ int gm_install_main(int argc, char **argv)
 	/* What the library will resolve: the same code, on the new text. */
 	memset(&cfg, 0, sizeof cfg);
 	cfg.want = 1;
-	if (gm_parse_devices("visible_devices", nc.val[GM_CONF_VISIBLE_DEVICES],
+	if (gm_parse_visible("visible_devices", nc.val[GM_CONF_VISIBLE_DEVICES],
 			     cfg.devices, &cfg.ndevices, err, sizeof err) ||
 	    (nc.val[GM_CONF_NUM_DEVICES] &&
 	     gm_parse_want("num_devices", nc.val[GM_CONF_NUM_DEVICES],

@@ -16,6 +16,7 @@
  * directly.
  */
 #define _GNU_SOURCE
+#include <dlfcn.h>
 #include <errno.h>
 #include <limits.h>
 #include <stdarg.h>
@@ -303,6 +304,7 @@ int gm_run_main(int argc, char **argv)
 	 * the program's path. */
 	if (argc > 0 && !strcmp(argv[0], "run"))
 		prog = "gpumutex run";
+	gm_uuid_dlsym(dlsym); /* GPUs named by UUID (src/lease/uuid.c) */
 	static const char *const names[] = { "--visible-devices",
 					     "--num-devices", "--lock-dir",
 					     "--timeout" };
@@ -367,7 +369,7 @@ int gm_run_main(int argc, char **argv)
 			return usage_error("no GPUs to manage: pass --visible-devices LIST or set GPUMUTEX_VISIBLE_DEVICES (or visible_devices in /etc/gpumutex.conf)");
 		if (!flag[0] && !*t)
 			return usage_error("GPUMUTEX_VISIBLE_DEVICES is empty, which means \"not configured\" (the library would do nothing): pass --visible-devices LIST or set GPUMUTEX_VISIBLE_DEVICES to a list such as \"0,1\"");
-		if (gm_parse_devices(name, t, devices, &ndevices, err, sizeof err))
+		if (gm_parse_visible(name, t, devices, &ndevices, err, sizeof err))
 			return usage_error("%s", err);
 	}
 	{
