@@ -89,7 +89,7 @@ def test_live_state_holder_queue_and_nvml(built, tmp_path, lockdir, journal):
             key = frozenset({("gpu", gpu)})
             assert s[("gpumutex_gpu_held", key)] == 1
             assert s[("gpumutex_gpu_held_seconds", key)] >= 0
-            info = frozenset({("gpu", gpu), ("job", "train"), ("user", user)})
+            info = frozenset({("gpu", gpu), ("job_id", "train"), ("user", user)})
             assert s[("gpumutex_gpu_holder_info", info)] == 1
         g0 = frozenset({("gpu", "0")})
         assert s[("gpumutex_gpu_utilization_ratio", g0)] == pytest.approx(0.37)
@@ -328,9 +328,7 @@ def test_real_prometheus_scrapes_it(built, tmp_path, lockdir, journal):
          f"--web.listen-address=127.0.0.1:{port}"],
         stdout=log, stderr=subprocess.STDOUT, cwd=str(tmp_path))
     try:
-        # The metric's own label `job` meets the scrape's `job`: Prometheus
-        # keeps ours as exported_job (honor_labels is off).
-        q = urllib.parse.quote('gpumutex_gpu_holder_info{exported_job="scraped"}')
+        q = urllib.parse.quote('gpumutex_gpu_holder_info{job_id="scraped"}')
 
         def series():
             doc = api(port, f"/api/v1/query?query={q}")

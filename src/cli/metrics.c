@@ -73,13 +73,15 @@ static void per_gpu(FILE *f, const struct gm_state *st, const struct gm_nvml *nv
 		fprintf(f, "gpumutex_gpu_held{gpu=\"%d\"} %d\n", st->devices[i].index,
 			st->devices[i].state != GM_DEV_FREE);
 	head(f, "gpumutex_gpu_holder_info", "gauge",
-	     "The job and user holding the GPU (1; absent while free).");
+	     "The job id and user holding the GPU (1; absent while free).");
 	for (int i = 0; i < st->ndevices; i++) {
 		const struct gm_state_lease *l = holder(st, i);
 		if (!l)
 			continue;
 		gm_user_name((unsigned)l->uid, user, sizeof user);
-		fprintf(f, "gpumutex_gpu_holder_info{gpu=\"%d\",job=", st->devices[i].index);
+		/* job_id, not job: Prometheus's own `job` label names the
+		 * scrape job, and would rename ours exported_job. */
+		fprintf(f, "gpumutex_gpu_holder_info{gpu=\"%d\",job_id=", st->devices[i].index);
 		label(f, l->job);
 		fputs(",user=", f);
 		label(f, user);
