@@ -67,9 +67,18 @@ END {
     print "#include \"wrap.h\""
     print "#if defined(__x86_64__)"
     printf "const unsigned gmp_wrap_n = %d;\n", n
-    print "const char *const gmp_wrap_names[] = {"
-    for (i = 0; i < n; i++) printf "\t\"%s\",\n", name[i]
+    # The names as one string and 16-bit offsets into it, the handed-out
+    # wrappers as 32-bit offsets from gmp_wrap_base (in the asm below):
+    # tables of pointers would need a relocation each (1,786 of them),
+    # which every process pays at load, CUDA or not.
+    print "const char gmp_wrap_strs[] ="
+    for (i = 0; i < n; i++) printf "\t\"%s\\0\"\n", name[i]
+    print "\t;"
+    print "const unsigned short gmp_wrap_off[] = {"
+    o = 0
+    for (i = 0; i < n; i++) { printf "\t%d,\n", o; o += length(name[i]) + 1 }
     print "};"
+    if (o > 65535) die("the names take more than 64 KiB")
     print "const unsigned char gmp_wrap_class[] = {"
     for (i = 0; i < n; i++) {
         c = (name[i] in cls) ? cls[name[i]] : "work"
@@ -79,18 +88,8 @@ END {
     print "};"
     printf "void *gmp_wrap_real[%d];\nvoid *gmp_wrap_plt[%d];\n", n, n
     printf "void *gmp_spare_real[%d];\n", spares
-    for (i = 0; i < n; i++)
-        if (klass[i] != "query" && klass[i] != "own") printf "extern char gmp_h_%s[];\n", name[i]
-    for (k = 0; k < spares; k++) printf "extern char gmp_s_%d[];\n", k
-    print "void *const gmp_wrap_h[] = {"
-    for (i = 0; i < n; i++)
-        if (klass[i] != "query" && klass[i] != "own") printf "\tgmp_h_%s,\n", name[i]
-        else print "\t0,"
-    print "};"
-    print "void *const gmp_spare_h[] = {"
-    for (k = 0; k < spares; k++) printf "\tgmp_s_%d,\n", k
-    print "};"
     print "__asm__(\".text\\n\""
+    print "\t\".globl gmp_wrap_base\\n.hidden gmp_wrap_base\\n.p2align 4\\ngmp_wrap_base:\\n\""
     for (i = 0; i < n; i++) {
         c = klass[i]
         if (c == "query" || c == "own") continue
@@ -130,6 +129,16 @@ END {
         printf "\t\"1:\tmovl $%d, %%r11d\\n\tjmp gmp_wrap_slow_spare\\n\"\n", k
         printf "\t\"\t.cfi_endproc\\n.size %s, .-%s\\n\"\n", s, s
     }
+    # Differences of two labels of this section: constants the assembler
+    # computes, no relocation left for the dynamic linker.
+    print "\t\".section .rodata\\n.p2align 2\\n\""
+    print "\t\".globl gmp_wrap_hoff\\n.hidden gmp_wrap_hoff\\ngmp_wrap_hoff:\\n\""
+    for (i = 0; i < n; i++)
+        if (klass[i] != "query" && klass[i] != "own") printf "\t\".long gmp_h_%s - gmp_wrap_base\\n\"\n", name[i]
+        else print "\t\".long 0\\n\""
+    print "\t\".globl gmp_spare_hoff\\n.hidden gmp_spare_hoff\\ngmp_spare_hoff:\\n\""
+    for (k = 0; k < spares; k++) printf "\t\".long gmp_s_%d - gmp_wrap_base\\n\"\n", k
+    print "\t\".text\\n\""
     print ");"
     print "#endif"
 }' "$policy" "$names" > "$out_c.tmp"

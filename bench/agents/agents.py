@@ -114,7 +114,7 @@ class Setup:
         self.env = env
 
     def argv(self, tag, prep, gpu, post):
-        a = [sys.executable, EXPERIMENT, "--journal", self.journal,
+        a = [sys.executable if self.o.fake else self.o.python, EXPERIMENT, "--journal", self.journal,
              "--tag", tag, "--prep", str(prep), "--gpu", str(gpu),
              "--post", str(post), "--size", str(self.o.size)]
         if self.o.fake:
@@ -466,6 +466,9 @@ def main(argv):
     ap.add_argument("--solo", type=float, default=0.0,
                     help="reference rate when mode `one` is not run")
     ap.add_argument("--device", default="0", help="the GPU index to use")
+    ap.add_argument("--python", default=os.environ.get("GPU_PYTHON", "python3"),
+                    help="the Python with torch for the experiments "
+                         "(default $GPU_PYTHON or python3)")
     ap.add_argument("--out", default=os.environ.get("OUT") or
                     os.path.join(BUILD, "bench-agents"))
     ap.add_argument("--tmp", default=None)

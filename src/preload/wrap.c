@@ -73,7 +73,7 @@ static CUresult fail_missing(void)
 
 const char *gmp_wrap_name_of(unsigned i)
 {
-	return gmp_wrappers() && i < gmp_wrap_n ? gmp_wrap_names[i] :
+	return gmp_wrappers() && i < gmp_wrap_n ? gmp_wrap_name(i) :
 		"a driver function";
 }
 
@@ -97,7 +97,7 @@ static void *target(unsigned i, int kind, int *plain)
 	}
 	p = LOAD(gmp_wrap_plt[i]);
 	if (!p) {
-		p = gmp_lookup(RTLD_NEXT, gmp_wrap_names[i], NULL);
+		p = gmp_lookup(RTLD_NEXT, gmp_wrap_name(i), NULL);
 		dlerror();
 		if (p && gmp_in_range(gmp_self(), p))
 			p = NULL;
@@ -107,7 +107,7 @@ static void *target(unsigned i, int kind, int *plain)
 		 * where the runtime had loaded it RTLD_LOCAL too. Its
 		 * definition is the driver's own. */
 		if (!p)
-			p = driver_fn(gmp_wrap_names[i]);
+			p = driver_fn(gmp_wrap_name(i));
 		if (!p)
 			return NULL;
 		STORE(gmp_wrap_plt[i], p);
@@ -138,7 +138,7 @@ void *gmp_wrap_slow_c(unsigned i, int kind)
 		return t;
 	}
 	code = gmp_gate_work(kind == 2 ? "a driver function" :
-			     gmp_wrap_names[i]);
+			     gmp_wrap_name(i));
 	errno = saved;
 	return code ? (void *)&fail_gate : t;
 }
@@ -166,7 +166,7 @@ void *gmp_wrap_enter(unsigned i, int kind)
 		if (__atomic_load_n(&gmp_go, __ATOMIC_SEQ_CST))
 			break;
 		__atomic_sub_fetch(&ctx_inflight, 1, __ATOMIC_SEQ_CST);
-		code = gmp_gate_work_counted(gmp_wrap_names[i], &ctx_inflight);
+		code = gmp_gate_work_counted(gmp_wrap_name(i), &ctx_inflight);
 		if (code == GMP_GATE_COUNTED)
 			break; /* granted for this call, counted in flight */
 		if (code) {
@@ -206,7 +206,7 @@ static int name_index(const char *name)
 	int lo = 0, hi = (int)gmp_wrap_n - 1;
 
 	while (lo <= hi) {
-		int mid = (lo + hi) / 2, c = strcmp(name, gmp_wrap_names[mid]);
+		int mid = (lo + hi) / 2, c = strcmp(name, gmp_wrap_name((unsigned)mid));
 		if (c == 0)
 			return mid;
 		if (c < 0)
@@ -243,18 +243,18 @@ void *gmp_wrap_handout(void *p, const struct gmp_cuda *c)
 						 0, __ATOMIC_ACQ_REL,
 						 __ATOMIC_ACQUIRE) ||
 		     expect == p))
-			return gmp_wrap_h[i];
+			return gmp_wrap_h_at((unsigned)i);
 	}
 	/* A spare, one per distinct pointer (two threads racing may make
 	 * two for one pointer, which is harmless). */
 	n = LOAD(spare_used);
 	for (k = 0; k < n && k < GMP_SPARES; k++)
 		if (LOAD(gmp_spare_real[k]) == p)
-			return gmp_spare_h[k];
+			return gmp_spare_h_at(k);
 	k = __atomic_fetch_add(&spare_used, 1, __ATOMIC_ACQ_REL);
 	if (k < GMP_SPARES) {
 		STORE(gmp_spare_real[k], p);
-		return gmp_spare_h[k];
+		return gmp_spare_h_at(k);
 	}
 	/* None left: the caller gets the real function, so the lease is
 	 * taken now and kept for the life of the process. */

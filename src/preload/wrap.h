@@ -33,13 +33,36 @@ enum gmp_wclass {
  * and then the lease is taken in cuInit, as before wrappers existed.
  */
 extern const unsigned gmp_wrap_n __attribute__((weak));
-extern const char *const gmp_wrap_names[] __attribute__((weak));
+/* The names, NUL-separated, and where each starts: no pointer tables,
+ * which would cost every process a relocation per entry at load. */
+extern const char gmp_wrap_strs[] __attribute__((weak));
+extern const unsigned short gmp_wrap_off[] __attribute__((weak));
 extern const unsigned char gmp_wrap_class[] __attribute__((weak));
 extern void *gmp_wrap_real[] __attribute__((weak)); /* hand-out targets */
 extern void *gmp_wrap_plt[] __attribute__((weak));  /* exported targets */
-extern void *const gmp_wrap_h[] __attribute__((weak));
 extern void *gmp_spare_real[] __attribute__((weak));
-extern void *const gmp_spare_h[] __attribute__((weak));
+/* The hand-out wrappers, as offsets from gmp_wrap_base (same reason);
+ * 0 for a name that has none (queries, own). */
+extern char gmp_wrap_base[] __attribute__((weak));
+extern const int gmp_wrap_hoff[] __attribute__((weak));
+extern const int gmp_spare_hoff[] __attribute__((weak));
+
+/* Name i of the table (i < gmp_wrap_n, wrappers built in). */
+static inline const char *gmp_wrap_name(unsigned i)
+{
+	return gmp_wrap_strs + gmp_wrap_off[i];
+}
+
+/* The hand-out wrapper of name i, and spare k. */
+static inline void *gmp_wrap_h_at(unsigned i)
+{
+	return gmp_wrap_base + gmp_wrap_hoff[i];
+}
+
+static inline void *gmp_spare_h_at(unsigned k)
+{
+	return gmp_wrap_base + gmp_spare_hoff[k];
+}
 
 /* 1: the generated wrappers are built in. */
 static inline int gmp_wrappers(void)
