@@ -49,13 +49,15 @@ typedef int CUresult;
 static long ctx_count;
 /* Context calls between gmp_wrap_enter and gmp_wrap_leave. */
 static int ctx_inflight;
+/* This thread's call was already made again once after an
+ * out-of-memory error with no exiting holder left (gmp_wrap_leave). */
+static __attribute__((tls_model("initial-exec"))) _Thread_local int oom_again;
 /* Spare wrappers handed out so far (may exceed GMP_SPARES: then none). */
 static unsigned spare_used;
 
 #define LOAD(p) __atomic_load_n(&(p), __ATOMIC_ACQUIRE)
 #define STORE(p, v) __atomic_store_n(&(p), (v), __ATOMIC_RELEASE)
 
-static void *driver_fn(const char *name);
 
 /* What a call that cannot be allowed returns instead of the real
  * function: the gate's (sticky) error. Jumped to with the caller's
@@ -107,7 +109,7 @@ static void *target(unsigned i, int kind, int *plain)
 		 * where the runtime had loaded it RTLD_LOCAL too. Its
 		 * definition is the driver's own. */
 		if (!p)
-			p = driver_fn(gmp_wrap_name(i));
+			p = gmp_wrap_driver_fn(gmp_wrap_name(i));
 		if (!p)
 			return NULL;
 		STORE(gmp_wrap_plt[i], p);
@@ -179,8 +181,9 @@ void *gmp_wrap_enter(unsigned i, int kind)
 	return t;
 }
 
-/* After a context call: count what it did, wake the give-back thread
- * after a destruction. Returns rc unchanged. */
+/* After a context or allocation call: count what it did, wake the
+ * give-back thread after a destruction. Returns rc unchanged, or
+ * GMP_WRAP_AGAIN after waiting for an exiting holder's memory. */
 __attribute__((used, visibility("hidden"))) int gmp_wrap_leave(unsigned i,
 							      int rc, int kind);
 int gmp_wrap_leave(unsigned i, int rc, int kind)
@@ -188,6 +191,23 @@ int gmp_wrap_leave(unsigned i, int rc, int kind)
 	int saved = errno, cls = gmp_wrap_class[i];
 
 	(void)kind;
+	/* Out of memory (CUDA_ERROR_OUT_OF_MEMORY) while a previous holder
+	 * of our GPUs may still be exiting with its memory: wait for it to
+	 * be gone and call again, still counted in flight. */
+	if (rc == 2 && (cls == GMP_W_ALLOC || cls == GMP_W_CTX_NEW ||
+			cls == GMP_W_PCTX_NEW)) {
+		int w = gmp_gate_oom_wait();
+
+		/* Once more also when no exiting holder is left: the one
+		 * whose memory it was may have gone between the failure and
+		 * the look (then its mark was gone too). */
+		if (w > 0 || (w == 0 && !oom_again)) {
+			oom_again = w == 0;
+			errno = saved;
+			return GMP_WRAP_AGAIN;
+		}
+	}
+	oom_again = 0;
 	if (rc == 0 && cls == GMP_W_CTX_NEW)
 		__atomic_add_fetch(&ctx_count, 1, __ATOMIC_SEQ_CST);
 	if (rc == 0 && cls == GMP_W_CTX_DEL)
@@ -271,7 +291,7 @@ typedef CUresult (*count_fn)(int *);
 typedef CUresult (*get_fn)(int *, int);
 typedef CUresult (*state_fn)(int, unsigned *, int *);
 
-static void *driver_fn(const char *name)
+void *gmp_wrap_driver_fn(const char *name)
 {
 	void *h = dlopen("libcuda.so.1", RTLD_NOLOAD | RTLD_LAZY), *p = NULL;
 
@@ -285,9 +305,9 @@ static void *driver_fn(const char *name)
 
 int gmp_wrap_may_hold_context(void)
 {
-	count_fn count = (count_fn)driver_fn("cuDeviceGetCount");
-	get_fn get = (get_fn)driver_fn("cuDeviceGet");
-	state_fn state = (state_fn)driver_fn("cuDevicePrimaryCtxGetState");
+	count_fn count = (count_fn)gmp_wrap_driver_fn("cuDeviceGetCount");
+	get_fn get = (get_fn)gmp_wrap_driver_fn("cuDeviceGet");
+	state_fn state = (state_fn)gmp_wrap_driver_fn("cuDevicePrimaryCtxGetState");
 	int n = 0, rc;
 
 	/* gmp_go is 0: no context call starts; wait for those running. */
@@ -312,6 +332,16 @@ int gmp_wrap_may_hold_context(void)
 			return 1;
 	}
 	return 0;
+}
+
+int gmp_wrap_ctx_settled(void)
+{
+	while (__atomic_load_n(&ctx_inflight, __ATOMIC_SEQ_CST)) {
+		struct timespec ms = { 0, 1000000 };
+		nanosleep(&ms, NULL);
+	}
+	return LOAD(gmp_doubt) ||
+	       __atomic_load_n(&ctx_count, __ATOMIC_SEQ_CST) != 0;
 }
 
 /* ---- The give-back thread ------------------------------------------------- */
@@ -427,9 +457,10 @@ void gmp_wrap_atfork_child(void)
  * argument registers (integer, vector, and rax for variadic calls), asks
  * gmp_wrap_slow_c where to go, restores them and jumps there with the
  * stack exactly as the caller left it (stack arguments untouched).
- * gmp_wrap_call_{h,plt}: a context call, made from a frame of ours
- * between gmp_wrap_enter and gmp_wrap_leave (at most six integer
- * arguments: driver-policy.txt).
+ * gmp_wrap_call_{h,plt}: a context or allocation call, made from a frame
+ * of ours between gmp_wrap_enter and gmp_wrap_leave (at most six integer
+ * arguments: driver-policy.txt), and made again with the same arguments
+ * while gmp_wrap_leave answers GMP_WRAP_AGAIN.
  */
 __asm__(
 	".text\n"
@@ -520,7 +551,7 @@ __asm__(
 	"	movl %r10d, %esi\n"
 	"	call gmp_wrap_enter\n"
 	"	movq %rax, -56(%rbp)\n"
-	"	movq -8(%rbp), %rdi\n"
+	"1:	movq -8(%rbp), %rdi\n"
 	"	movq -16(%rbp), %rsi\n"
 	"	movq -24(%rbp), %rdx\n"
 	"	movq -32(%rbp), %rcx\n"
@@ -531,6 +562,8 @@ __asm__(
 	"	movl %eax, %esi\n"
 	"	movl -72(%rbp), %edx\n"
 	"	call gmp_wrap_leave\n"
+	"	cmpl $-1, %eax\n" /* GMP_WRAP_AGAIN: the same call again */
+	"	je 1b\n"
 	"	leave\n"
 	"	.cfi_def_cfa %rsp, 8\n"
 	"	ret\n"

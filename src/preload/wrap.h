@@ -22,7 +22,13 @@ enum gmp_wclass {
 	GMP_W_PCTX_NEW, /* retains a primary context */
 	GMP_W_CTX_DEL,  /* destroys a context: counted */
 	GMP_W_PCTX_DEL, /* releases or resets a primary context */
+	GMP_W_ALLOC,    /* allocates device memory: retried after an
+			 * exiting holder is gone (exit.c) */
 };
+
+/* What gmp_wrap_leave returns to the assembly for "call the real
+ * function again with the same arguments" (no CUresult is negative). */
+#define GMP_WRAP_AGAIN (-1)
 
 /* Wrappers for driver functions the table does not name. */
 #define GMP_SPARES 512
@@ -106,6 +112,19 @@ int gmp_wrap_may_hold_context(void);
  * after `delay_ms` without a context. Returns 0, or -1 when no thread can
  * be started (then the lease is kept). */
 int gmp_wrap_giveback_arm(unsigned delay_ms);
+
+/* The real driver's function `name` (the driver as loaded, looked up
+ * past every wrapper), or NULL. */
+void *gmp_wrap_driver_fn(const char *name);
+
+/*
+ * For the exit release (exit.c): wait for the context calls in flight
+ * (call with the gate's lock held and gmp_go 0), then 0 when every
+ * context this process may have is a primary one (which exit.c can
+ * find and synchronise), 1 when it may hold another (a non-primary
+ * context, or a call through a wrapper the table does not name).
+ */
+int gmp_wrap_ctx_settled(void);
 
 /* Fork: a child has no helper thread; forget it (atfork child handler). */
 void gmp_wrap_atfork_child(void);
