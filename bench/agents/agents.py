@@ -105,6 +105,11 @@ class Setup:
             if o.fake_mem_dir:
                 env["FAKECUDA_MEM_DIR"] = o.fake_mem_dir
         if mode == "gpumutex":
+            for spec in o.env or []:
+                who, _, var = spec.partition(":")
+                if who in (o.lib_name.get(lib), "all"):
+                    k, _, v = var.partition("=")
+                    env[k] = v
             env["LD_PRELOAD"] = lib
             env["GPUMUTEX_LOCK_DIR"] = self.lockdir
             env["GPUMUTEX_VISIBLE_DEVICES"] = o.device
@@ -171,12 +176,12 @@ def phases(setup, runs, o):
             exps[kv["tag"]] = kv
     ticks = {}
     if o.fake:
+        # Ticks up to the job's own end of its GPU work: a synchronisation
+        # the library makes at exit (GPUMUTEX_EXIT_EARLY) is no GPU work.
         for ln in read_lines(setup.fakej):
             kv = parse_kv(ln)
             if kv.get("ev") == "tick":
-                t = int(kv["t"])
-                lo, hi = ticks.get(kv["pid"], (t, t))
-                ticks[kv["pid"]] = (min(lo, t), max(hi, t))
+                ticks.setdefault(kv["pid"], []).append(int(kv["t"]))
     out = []
     for r in runs:
         e = exps.get(r["tag"])
@@ -186,8 +191,9 @@ def phases(setup, runs, o):
                  end=int(e["end"]), done=int(e["done"]),
                  iters=int(e["iters"]), flop=float(e["flop"]),
                  exp_pid=int(e["pid"]))
-        if o.fake and e["pid"] in ticks:
-            x["gbegin"], x["gend"] = ticks[e["pid"]]
+        mine = [t for t in ticks.get(e["pid"], []) if t <= x["end"]]
+        if o.fake and mine:
+            x["gbegin"], x["gend"] = min(mine), max(mine)
         else:
             x["gbegin"], x["gend"] = x["begin"], x["end"]
         secs = max(1, x["end"] - x["begin"]) / 1e9
@@ -337,6 +343,9 @@ def table(results, solo, unit):
 
 
 def parse_libs(o):
+    """--lib NAME=PATH (repeatable; default new=build/libgpumutex.so). A
+    NAME may appear twice with one PATH only once: use a copy of the file
+    to run one library under two settings (--env NAME:VAR=VALUE)."""
     libs = []
     for spec in o.lib or [f"new={os.path.join(BUILD, 'libgpumutex.so')}"]:
         name, _, path = spec.rpartition("=")
@@ -345,6 +354,7 @@ def parse_libs(o):
         if not os.path.isfile(path):
             sys.exit(f"agents.py: --lib {spec}: no such file")
         libs.append((name, path))
+    o.lib_name = {p: n for n, p in libs}
     return libs
 
 
@@ -461,6 +471,10 @@ def main(argv):
     ap.add_argument("--lib", action="append",
                     help="NAME=PATH of a libgpumutex.so for the gpumutex "
                          "mode and `chain`; repeat to compare builds")
+    ap.add_argument("--env", action="append",
+                    help="NAME:VAR=VALUE: set VAR for the experiments of "
+                         "--lib NAME (NAME all: every library), e.g. "
+                         "new:GPUMUTEX_EXIT_EARLY=1")
     ap.add_argument("--jobs", type=int, default=5, help="chain: jobs")
     ap.add_argument("--reps", type=int, default=1, help="chain: runs")
     ap.add_argument("--solo", type=float, default=0.0,
