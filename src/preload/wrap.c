@@ -193,11 +193,16 @@ int gmp_wrap_leave(unsigned i, int rc, int kind)
 	(void)kind;
 	/* Out of memory (CUDA_ERROR_OUT_OF_MEMORY) while a previous holder
 	 * of our GPUs may still be exiting with its memory: wait for it to
-	 * be gone and call again, still counted in flight. */
+	 * be gone and call again (through gmp_wrap_enter, as a new call).
+	 * Not counted in flight while it waits: the give-back check, which
+	 * waits for calls in flight with the gate's lock held, must not
+	 * wait for a wait that needs that lock. */
 	if (rc == 2 && (cls == GMP_W_ALLOC || cls == GMP_W_CTX_NEW ||
 			cls == GMP_W_PCTX_NEW)) {
-		int w = gmp_gate_oom_wait();
+		int w;
 
+		__atomic_sub_fetch(&ctx_inflight, 1, __ATOMIC_SEQ_CST);
+		w = gmp_gate_oom_wait();
 		/* Once more also when no exiting holder is left: the one
 		 * whose memory it was may have gone between the failure and
 		 * the look (then its mark was gone too). */
@@ -206,6 +211,9 @@ int gmp_wrap_leave(unsigned i, int rc, int kind)
 			errno = saved;
 			return GMP_WRAP_AGAIN;
 		}
+		oom_again = 0;
+		errno = saved;
+		return rc;
 	}
 	oom_again = 0;
 	if (rc == 0 && cls == GMP_W_CTX_NEW)
@@ -459,8 +467,8 @@ void gmp_wrap_atfork_child(void)
  * stack exactly as the caller left it (stack arguments untouched).
  * gmp_wrap_call_{h,plt}: a context or allocation call, made from a frame
  * of ours between gmp_wrap_enter and gmp_wrap_leave (at most six integer
- * arguments: driver-policy.txt), and made again with the same arguments
- * while gmp_wrap_leave answers GMP_WRAP_AGAIN.
+ * arguments: driver-policy.txt), and entered and made again with the
+ * same arguments while gmp_wrap_leave answers GMP_WRAP_AGAIN.
  */
 __asm__(
 	".text\n"
@@ -547,11 +555,11 @@ __asm__(
 	"	movq %r9, -48(%rbp)\n"
 	"	movq %r11, -64(%rbp)\n"
 	"	movq %r10, -72(%rbp)\n"
-	"	movl %r11d, %edi\n"
-	"	movl %r10d, %esi\n"
+	"1:	movl -64(%rbp), %edi\n"
+	"	movl -72(%rbp), %esi\n"
 	"	call gmp_wrap_enter\n"
 	"	movq %rax, -56(%rbp)\n"
-	"1:	movq -8(%rbp), %rdi\n"
+	"	movq -8(%rbp), %rdi\n"
 	"	movq -16(%rbp), %rsi\n"
 	"	movq -24(%rbp), %rdx\n"
 	"	movq -32(%rbp), %rcx\n"
@@ -562,7 +570,7 @@ __asm__(
 	"	movl %eax, %esi\n"
 	"	movl -72(%rbp), %edx\n"
 	"	call gmp_wrap_leave\n"
-	"	cmpl $-1, %eax\n" /* GMP_WRAP_AGAIN: the same call again */
+	"	cmpl $-1, %eax\n" /* GMP_WRAP_AGAIN: enter and call again */
 	"	je 1b\n"
 	"	leave\n"
 	"	.cfi_def_cfa %rsp, 8\n"
