@@ -160,6 +160,16 @@ bench: all fakecuda $(B)/demo/fakejob $(B)/bench/handoff $(B)/bench/cuprobe_benc
 	$(PYTHON) bench/bench.py
 	$(PYTHON) bench/gpu_bench.py
 
+# The agents benchmark (bench/agents/agents.py; a GPU machine with torch):
+# one agent, no arbitration, a flock queue, gpumutex; then the five-job
+# chain. AGENTS_ARGS/CHAIN_ARGS pass options (--window 30, --lib
+# old=DIR/libgpumutex.so to compare builds); results under $(AGENTS_OUT).
+AGENTS_OUT ?= build/bench-agents
+.PHONY: bench-agents
+bench-agents: all
+	$(PYTHON) bench/agents/agents.py run --out $(AGENTS_OUT) $(AGENTS_ARGS)
+	$(PYTHON) bench/agents/agents.py chain --out $(AGENTS_OUT) $(CHAIN_ARGS)
+
 # The GPU scenario set (tests/gpu): needs a machine with an NVIDIA GPU;
 # elsewhere it says it skipped. Logs and summary.md go to $(GPU_OUT).
 .PHONY: gpu-check

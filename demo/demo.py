@@ -67,6 +67,21 @@ def show_report(lockdir):
     return r.returncode
 
 
+def read_grants(lockdir):
+    """The grant records of the event log (docs/report.md)."""
+    out = []
+    for root, _dirs, files in os.walk(os.path.join(lockdir, "job")):
+        if "events.log" not in files:
+            continue
+        with open(os.path.join(root, "events.log"), errors="replace") as f:
+            for ln in f:
+                if not ln.endswith("\n") or not ln.startswith("gm1 grant "):
+                    continue
+                out.append(dict(kv.split("=", 1) for kv in ln.split()[2:]
+                                if "=" in kv and not kv.startswith("cmd=")))
+    return out
+
+
 def main():
     tmp = tempfile.mkdtemp(prefix="gpumutex-demo-")
     journal = os.path.join(tmp, "journal")
@@ -101,22 +116,43 @@ def main():
         show_report(lockdir)
         shutil.rmtree(tmp, ignore_errors=True)
         return 1 if any(codes) else 0
-    seen = 0
+    # Two sources, merged in time order: the fake driver's journal (what
+    # each process did with the driver) and gpumutex's event log (when
+    # each job was granted its GPUs: at its first GPU call, not at
+    # cuInit, unless it asked for some GPUs of a pool, whose choice the
+    # driver must know in cuInit).
+    shown, grants = set(), {}
     while True:
         done = all(p.poll() is not None for _, p in procs.values())
+        lines = []
         events = (J.parse(journal, complete_only=True)
                   if os.path.exists(journal) else [])
-        for e in events[seen:]:
-            name = procs.get(int(e["pid"]), ("?",))[0]
-            ms = (e.t - t0) / 1e6
-            if e["ev"] == "init":
-                print(f"{ms:7.0f} ms  {name:8} cuInit: gpumutex granted GPU "
-                      f"{e['cvd']} (CUDA_VISIBLE_DEVICES={e['cvd']})",
-                      flush=True)
-            elif e["ev"] == "end":
+        for i, e in enumerate(events):
+            if e["ev"] in ("init", "begin", "end"):
+                lines.append((e.t, ("j", i), int(e["pid"]), e["ev"], e))
+        for g in read_grants(lockdir):
+            grants[int(g["pid"])] = g
+            lines.append((int(g["mono"]), ("g", g["pid"]), int(g["pid"]),
+                          "grant", g))
+        for t, key, pid, ev, e in sorted(lines, key=lambda x: x[0]):
+            if key in shown or (not done and t > time.monotonic_ns() - 50e6):
+                continue
+            shown.add(key)
+            name = procs.get(pid, ("?",))[0]
+            ms = (t - t0) / 1e6
+            if ev == "init":
+                print(f"{ms:7.0f} ms  {name:8} cuInit returned "
+                      f"(CUDA_VISIBLE_DEVICES={e['cvd']})", flush=True)
+            elif ev == "grant":
+                waited = int(e["waited"]) / 1e6
+                print(f"{ms:7.0f} ms  {name:8} gpumutex granted GPU "
+                      f"{e['dev']} (waited {waited:.0f} ms)", flush=True)
+            elif ev == "begin":
+                print(f"{ms:7.0f} ms  {name:8} first GPU work on GPU "
+                      f"{e['dev']}", flush=True)
+            else:
                 print(f"{ms:7.0f} ms  {name:8} done with GPU {e['dev']}",
                       flush=True)
-        seen = len(events)
         if done:
             break
         time.sleep(0.02)  # display refresh only
@@ -140,8 +176,18 @@ def main():
         print(f"  GPU {dev} |{''.join(row)}|")
     print("  " + ", ".join(f"{letter[n]}={n}" for n, _, _ in JOBS))
     print("\nNo two jobs ever used one GPU at the same time (checked from the "
-          "driver's journal);\nGPU-hungry jobs waited in arrival order, and "
-          "2-GPU jobs got both GPUs at once.")
+          "driver's journal),\nand 2-GPU jobs got both GPUs at once.")
+    gs = [(g, procs.get(pid, ("?",))[0]) for pid, g in grants.items()]
+    arrival = [n for _, n in sorted(gs, key=lambda x: int(x[0]["arrived"]))]
+    served = [n for _, n in sorted(gs, key=lambda x: int(x[0]["mono"]))]
+    print("Asked for GPUs (first GPU call, or cuInit in a pool): "
+          + ", ".join(arrival))
+    print("Served (granted):                                     "
+          + ", ".join(served))
+    if served != arrival:
+        print("A job asking for GPUs that were free went ahead of one "
+              "waiting for GPUs still held\n(a 2-GPU job waits for both; "
+              "docs/design.md, \"Fairness policy\").")
     rc = show_report(lockdir)
     shutil.rmtree(tmp, ignore_errors=True)
     bad = {n: c for n, c in codes.items() if c}

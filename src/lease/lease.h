@@ -347,6 +347,27 @@ int gm_job_probe(const char *lock_dir, const char *job,
 void gm_lease_release(struct gm_lease *l);
 
 /*
+ * Before giving lease `l` back at exit while this process still has GPU
+ * memory (its CUDA teardown to come): mark each of its devices as having
+ * an exiting holder, this process, until it is gone. Opens one descriptor
+ * per device into fds[0..l->ndevices) (-1 where none), which the caller
+ * keeps open until the process exits (closing one drops its mark).
+ * Returns 0, or -errno with a message and nothing left open or marked.
+ */
+int gm_lease_exit_mark(const char *lock_dir, const struct gm_lease *l,
+		       int *fds, char *err, size_t errlen);
+
+/*
+ * After an allocation on `devices` failed for lack of memory: wait until
+ * every process marked as an exiting holder of one of them (other than
+ * `self`) is gone. Returns how many were waited for (0: none, so the
+ * memory is short for another reason), or -errno with a message. Blocks
+ * in the kernel (pidfd, or the mark's lock), never polls.
+ */
+int gm_lease_exit_wait(const char *lock_dir, const int *devices, int n,
+		       pid_t self, char *err, size_t errlen);
+
+/*
  * For a child forked while another thread of its parent was inside
  * gm_lease_acquire (call it from a pthread_atfork child handler): close
  * the descriptors that acquire had open, which the child inherited. Kept,

@@ -12,7 +12,10 @@
  *       -> SHUT  (fail closed; gate_code is returned from every cuInit and
  *                 every wrapped driver call).
  *   DEFER -> HELD at the first device call; HELD -> DEFER when the
- *   process gives its lease back (no context for GPUMUTEX_GIVE_BACK_MS).
+ *   process gives its lease back (no context for GPUMUTEX_GIVE_BACK_MS);
+ *   HELD -> EXIT when it gives it back at exit before its teardown
+ *   (exit.c), EXIT -> HELD when it then makes a call that is not
+ *   teardown (it queues again, as in DEFER).
  * OPEN and SHUT are final. gmp_go (wrap.h) is 1 exactly in OPEN and HELD:
  * the wrappers read it to go straight to the driver. Without the
  * generated wrappers (wrap.h) there is no DEFER: the lease is taken in
@@ -46,7 +49,7 @@
 #include "gatepriv.h"
 #include "wrap.h"
 
-enum { ST_NEW, ST_BUSY, ST_OPEN, ST_SHUT, ST_DEFER, ST_HELD };
+enum { ST_NEW, ST_BUSY, ST_OPEN, ST_SHUT, ST_DEFER, ST_HELD, ST_EXIT };
 
 static pthread_mutex_t gate_lock = PTHREAD_MUTEX_INITIALIZER;
 static int gate_state;
@@ -246,6 +249,7 @@ static int take(const char *call)
 		}
 	}
 	gate_own = 1;
+	gmp_exit_arm();
 	return 0;
 }
 
@@ -431,7 +435,7 @@ int gmp_gate(void)
 		errno = saved;
 		return code;
 	}
-	if (st == ST_OPEN || st == ST_DEFER)
+	if (st == ST_OPEN || st == ST_DEFER || st == ST_EXIT)
 		return 0;
 	if (st == ST_SHUT)
 		return gate_code;
@@ -498,7 +502,15 @@ int gmp_gate_work_counted(const char *call, int *inflight)
 		}
 	}
 	pthread_mutex_lock(&gate_lock);
-	if (__atomic_load_n(&gate_state, __ATOMIC_ACQUIRE) == ST_DEFER) {
+	st = __atomic_load_n(&gate_state, __ATOMIC_ACQUIRE);
+	if (st == ST_EXIT && gmp_exit_teardown_call(call)) {
+		/* Freeing, destroying, waiting: no work for a GPU, and the
+		 * process's own teardown, which must not queue behind the
+		 * next job. */
+		if (inflight)
+			__atomic_add_fetch(inflight, 1, __ATOMIC_SEQ_CST);
+		code = inflight ? GMP_GATE_COUNTED : 0;
+	} else if (st == ST_DEFER || st == ST_EXIT) {
 		gate_in = 1;
 		code = take(call);
 		gate_in = 0;
@@ -530,6 +542,49 @@ void gmp_gate_context_gone(void)
 	if (__atomic_load_n(&gate_state, __ATOMIC_ACQUIRE) == ST_HELD &&
 	    gate_own)
 		gmp_wrap_giveback_arm(gate_give_back_ms);
+}
+
+int gmp_gate_exit_release(int (*quiesce)(void))
+{
+	static int marks[GM_MAX_DEVICES];
+	int done = 0;
+
+	pthread_mutex_lock(&gate_lock);
+	if (__atomic_load_n(&gate_state, __ATOMIC_ACQUIRE) == ST_HELD &&
+	    gate_own) {
+		go_set(0);
+		gate_in = 1;
+		if (quiesce() == 0 &&
+		    gm_lease_exit_mark(gate_cfg.lock_dir, &gate_lease, marks,
+				       gate_err, sizeof gate_err) == 0) {
+			/* The marks' descriptors stay open until the
+			 * process is gone: that is what they say. */
+			gm_lease_release(&gate_lease);
+			gate_own = 0;
+			state_set(ST_EXIT);
+			done = 1;
+		} else {
+			go_set(1);
+		}
+		gate_in = 0;
+	}
+	pthread_mutex_unlock(&gate_lock);
+	return done;
+}
+
+int gmp_gate_held_devices(int *devs, const char **lock_dir)
+{
+	int n = 0;
+
+	pthread_mutex_lock(&gate_lock);
+	if (__atomic_load_n(&gate_state, __ATOMIC_ACQUIRE) == ST_HELD) {
+		n = gate_lease.ndevices;
+		memcpy(devs, gate_lease.devices, sizeof(int) * (size_t)n);
+	}
+	pthread_mutex_unlock(&gate_lock);
+	/* Written once, by the first cuInit, before any lease. */
+	*lock_dir = gate_cfg.lock_dir;
+	return n;
 }
 
 void gmp_gate_give_back(void)

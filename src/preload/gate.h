@@ -61,6 +61,33 @@ void gmp_gate_give_back(void);
 /* 1 while this thread is inside gmp_gate (re-entrancy guard). */
 int gmp_gate_busy(void);
 
+/*
+ * The exit release (exit.c; docs/design.md, "Exit and readiness rules").
+ * gmp_gate_exit_release: at exit, with the lease held by this process
+ * itself, stop new calls from going straight to the driver, ask
+ * `quiesce` (with the gate's lock held) whether any GPU work can still be
+ * in flight, and when it answers 0, mark this process as an exiting
+ * holder on its GPUs and give the lease back: the gate is then EXIT,
+ * where teardown calls (gmp_exit_teardown_call) go to the driver without
+ * a lease and any other device call queues for a new one, as in DEFER.
+ * Returns 1 when the lease was given back, 0 when kept.
+ * gmp_gate_oom_wait: after an allocation failed for lack of memory in a
+ * process that holds its lease: wait until every exiting holder marked on
+ * its GPUs is gone. Returns how many (> 0: allocate again), 0 (none), or
+ * -1 (no lease held, or the marks cannot be read: the error stands).
+ * gmp_exit_arm: called at each grant; registers the exit release once
+ * when GPUMUTEX_EXIT_EARLY=1.
+ * gmp_exit_teardown_call: 1 when driver function `call` only frees,
+ * destroys, unloads or waits (it can put no work on a GPU).
+ */
+int gmp_gate_exit_release(int (*quiesce)(void));
+int gmp_gate_oom_wait(void);
+/* The GPUs of the lease this process holds into devs[] (room for
+ * GM_MAX_DEVICES) and the lock directory; returns how many (0: none). */
+int gmp_gate_held_devices(int *devs, const char **lock_dir);
+void gmp_exit_arm(void);
+int gmp_exit_teardown_call(const char *call);
+
 /* Write "gpumutex: <message>\n" to file descriptor 2 with one write(2),
  * preserving errno. */
 void gmp_say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

@@ -94,7 +94,8 @@ PRELOAD_TESTS := $(PRELOAD_T)/cuprobe $(PRELOAD_T)/culinked \
                  $(PRELOAD_T)/nogpa/libcuda.so.1 $(PRELOAD_T)/decline \
                  $(PRELOAD_T)/hello-static $(PRELOAD_T)/smallstack \
                  $(PRELOAD_T)/nsprobe $(PRELOAD_T)/libnsdep.so \
-                 $(PRELOAD_T)/nsedge $(PRELOAD_T)/lazyprobe
+                 $(PRELOAD_T)/nsedge $(PRELOAD_T)/lazyprobe \
+                 $(PRELOAD_T)/exitjob
 
 preload-tests: $(PRELOAD_TESTS)
 
@@ -125,6 +126,12 @@ $(PRELOAD_T)/lazyprobe: $(PRELOAD_TSRC)/lazyprobe.c $(PRELOAD_FAKE)/libcuda.so
 	@mkdir -p $(@D)
 	$(PRELOAD_TCC) -o $@ $< -L$(PRELOAD_FAKE) -lcuda \
 	    -Wl,-rpath,'$$ORIGIN/../fakecuda' -ldl -lpthread
+
+# A job that holds memory and waits at its exit (tests/test_exit_early.py).
+$(PRELOAD_T)/exitjob: $(PRELOAD_TSRC)/exitjob.c $(PRELOAD_FAKE)/libcuda.so
+	@mkdir -p $(@D)
+	$(PRELOAD_TCC) -o $@ $< -L$(PRELOAD_FAKE) -lcuda \
+	    -Wl,-rpath,'$$ORIGIN/../fakecuda'
 
 # cuInit from a thread with a 16 KiB stack (through dlsym, and as bound by
 # the dynamic linker).

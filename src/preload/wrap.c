@@ -49,13 +49,15 @@ typedef int CUresult;
 static long ctx_count;
 /* Context calls between gmp_wrap_enter and gmp_wrap_leave. */
 static int ctx_inflight;
+/* This thread's call was already made again once after an
+ * out-of-memory error with no exiting holder left (gmp_wrap_leave). */
+static __attribute__((tls_model("initial-exec"))) _Thread_local int oom_again;
 /* Spare wrappers handed out so far (may exceed GMP_SPARES: then none). */
 static unsigned spare_used;
 
 #define LOAD(p) __atomic_load_n(&(p), __ATOMIC_ACQUIRE)
 #define STORE(p, v) __atomic_store_n(&(p), (v), __ATOMIC_RELEASE)
 
-static void *driver_fn(const char *name);
 
 /* What a call that cannot be allowed returns instead of the real
  * function: the gate's (sticky) error. Jumped to with the caller's
@@ -73,7 +75,7 @@ static CUresult fail_missing(void)
 
 const char *gmp_wrap_name_of(unsigned i)
 {
-	return gmp_wrappers() && i < gmp_wrap_n ? gmp_wrap_names[i] :
+	return gmp_wrappers() && i < gmp_wrap_n ? gmp_wrap_name(i) :
 		"a driver function";
 }
 
@@ -97,7 +99,7 @@ static void *target(unsigned i, int kind, int *plain)
 	}
 	p = LOAD(gmp_wrap_plt[i]);
 	if (!p) {
-		p = gmp_lookup(RTLD_NEXT, gmp_wrap_names[i], NULL);
+		p = gmp_lookup(RTLD_NEXT, gmp_wrap_name(i), NULL);
 		dlerror();
 		if (p && gmp_in_range(gmp_self(), p))
 			p = NULL;
@@ -107,7 +109,7 @@ static void *target(unsigned i, int kind, int *plain)
 		 * where the runtime had loaded it RTLD_LOCAL too. Its
 		 * definition is the driver's own. */
 		if (!p)
-			p = driver_fn(gmp_wrap_names[i]);
+			p = gmp_wrap_driver_fn(gmp_wrap_name(i));
 		if (!p)
 			return NULL;
 		STORE(gmp_wrap_plt[i], p);
@@ -138,7 +140,7 @@ void *gmp_wrap_slow_c(unsigned i, int kind)
 		return t;
 	}
 	code = gmp_gate_work(kind == 2 ? "a driver function" :
-			     gmp_wrap_names[i]);
+			     gmp_wrap_name(i));
 	errno = saved;
 	return code ? (void *)&fail_gate : t;
 }
@@ -166,7 +168,7 @@ void *gmp_wrap_enter(unsigned i, int kind)
 		if (__atomic_load_n(&gmp_go, __ATOMIC_SEQ_CST))
 			break;
 		__atomic_sub_fetch(&ctx_inflight, 1, __ATOMIC_SEQ_CST);
-		code = gmp_gate_work_counted(gmp_wrap_names[i], &ctx_inflight);
+		code = gmp_gate_work_counted(gmp_wrap_name(i), &ctx_inflight);
 		if (code == GMP_GATE_COUNTED)
 			break; /* granted for this call, counted in flight */
 		if (code) {
@@ -179,8 +181,9 @@ void *gmp_wrap_enter(unsigned i, int kind)
 	return t;
 }
 
-/* After a context call: count what it did, wake the give-back thread
- * after a destruction. Returns rc unchanged. */
+/* After a context or allocation call: count what it did, wake the
+ * give-back thread after a destruction. Returns rc unchanged, or
+ * GMP_WRAP_AGAIN after waiting for an exiting holder's memory. */
 __attribute__((used, visibility("hidden"))) int gmp_wrap_leave(unsigned i,
 							      int rc, int kind);
 int gmp_wrap_leave(unsigned i, int rc, int kind)
@@ -188,6 +191,31 @@ int gmp_wrap_leave(unsigned i, int rc, int kind)
 	int saved = errno, cls = gmp_wrap_class[i];
 
 	(void)kind;
+	/* Out of memory (CUDA_ERROR_OUT_OF_MEMORY) while a previous holder
+	 * of our GPUs may still be exiting with its memory: wait for it to
+	 * be gone and call again (through gmp_wrap_enter, as a new call).
+	 * Not counted in flight while it waits: the give-back check, which
+	 * waits for calls in flight with the gate's lock held, must not
+	 * wait for a wait that needs that lock. */
+	if (rc == 2 && (cls == GMP_W_ALLOC || cls == GMP_W_CTX_NEW ||
+			cls == GMP_W_PCTX_NEW)) {
+		int w;
+
+		__atomic_sub_fetch(&ctx_inflight, 1, __ATOMIC_SEQ_CST);
+		w = gmp_gate_oom_wait();
+		/* Once more also when no exiting holder is left: the one
+		 * whose memory it was may have gone between the failure and
+		 * the look (then its mark was gone too). */
+		if (w > 0 || (w == 0 && !oom_again)) {
+			oom_again = w == 0;
+			errno = saved;
+			return GMP_WRAP_AGAIN;
+		}
+		oom_again = 0;
+		errno = saved;
+		return rc;
+	}
+	oom_again = 0;
 	if (rc == 0 && cls == GMP_W_CTX_NEW)
 		__atomic_add_fetch(&ctx_count, 1, __ATOMIC_SEQ_CST);
 	if (rc == 0 && cls == GMP_W_CTX_DEL)
@@ -206,7 +234,7 @@ static int name_index(const char *name)
 	int lo = 0, hi = (int)gmp_wrap_n - 1;
 
 	while (lo <= hi) {
-		int mid = (lo + hi) / 2, c = strcmp(name, gmp_wrap_names[mid]);
+		int mid = (lo + hi) / 2, c = strcmp(name, gmp_wrap_name((unsigned)mid));
 		if (c == 0)
 			return mid;
 		if (c < 0)
@@ -243,18 +271,18 @@ void *gmp_wrap_handout(void *p, const struct gmp_cuda *c)
 						 0, __ATOMIC_ACQ_REL,
 						 __ATOMIC_ACQUIRE) ||
 		     expect == p))
-			return gmp_wrap_h[i];
+			return gmp_wrap_h_at((unsigned)i);
 	}
 	/* A spare, one per distinct pointer (two threads racing may make
 	 * two for one pointer, which is harmless). */
 	n = LOAD(spare_used);
 	for (k = 0; k < n && k < GMP_SPARES; k++)
 		if (LOAD(gmp_spare_real[k]) == p)
-			return gmp_spare_h[k];
+			return gmp_spare_h_at(k);
 	k = __atomic_fetch_add(&spare_used, 1, __ATOMIC_ACQ_REL);
 	if (k < GMP_SPARES) {
 		STORE(gmp_spare_real[k], p);
-		return gmp_spare_h[k];
+		return gmp_spare_h_at(k);
 	}
 	/* None left: the caller gets the real function, so the lease is
 	 * taken now and kept for the life of the process. */
@@ -271,7 +299,7 @@ typedef CUresult (*count_fn)(int *);
 typedef CUresult (*get_fn)(int *, int);
 typedef CUresult (*state_fn)(int, unsigned *, int *);
 
-static void *driver_fn(const char *name)
+void *gmp_wrap_driver_fn(const char *name)
 {
 	void *h = dlopen("libcuda.so.1", RTLD_NOLOAD | RTLD_LAZY), *p = NULL;
 
@@ -285,9 +313,9 @@ static void *driver_fn(const char *name)
 
 int gmp_wrap_may_hold_context(void)
 {
-	count_fn count = (count_fn)driver_fn("cuDeviceGetCount");
-	get_fn get = (get_fn)driver_fn("cuDeviceGet");
-	state_fn state = (state_fn)driver_fn("cuDevicePrimaryCtxGetState");
+	count_fn count = (count_fn)gmp_wrap_driver_fn("cuDeviceGetCount");
+	get_fn get = (get_fn)gmp_wrap_driver_fn("cuDeviceGet");
+	state_fn state = (state_fn)gmp_wrap_driver_fn("cuDevicePrimaryCtxGetState");
 	int n = 0, rc;
 
 	/* gmp_go is 0: no context call starts; wait for those running. */
@@ -312,6 +340,16 @@ int gmp_wrap_may_hold_context(void)
 			return 1;
 	}
 	return 0;
+}
+
+int gmp_wrap_ctx_settled(void)
+{
+	while (__atomic_load_n(&ctx_inflight, __ATOMIC_SEQ_CST)) {
+		struct timespec ms = { 0, 1000000 };
+		nanosleep(&ms, NULL);
+	}
+	return LOAD(gmp_doubt) ||
+	       __atomic_load_n(&ctx_count, __ATOMIC_SEQ_CST) != 0;
 }
 
 /* ---- The give-back thread ------------------------------------------------- */
@@ -427,9 +465,10 @@ void gmp_wrap_atfork_child(void)
  * argument registers (integer, vector, and rax for variadic calls), asks
  * gmp_wrap_slow_c where to go, restores them and jumps there with the
  * stack exactly as the caller left it (stack arguments untouched).
- * gmp_wrap_call_{h,plt}: a context call, made from a frame of ours
- * between gmp_wrap_enter and gmp_wrap_leave (at most six integer
- * arguments: driver-policy.txt).
+ * gmp_wrap_call_{h,plt}: a context or allocation call, made from a frame
+ * of ours between gmp_wrap_enter and gmp_wrap_leave (at most six integer
+ * arguments: driver-policy.txt), and entered and made again with the
+ * same arguments while gmp_wrap_leave answers GMP_WRAP_AGAIN.
  */
 __asm__(
 	".text\n"
@@ -516,8 +555,8 @@ __asm__(
 	"	movq %r9, -48(%rbp)\n"
 	"	movq %r11, -64(%rbp)\n"
 	"	movq %r10, -72(%rbp)\n"
-	"	movl %r11d, %edi\n"
-	"	movl %r10d, %esi\n"
+	"1:	movl -64(%rbp), %edi\n"
+	"	movl -72(%rbp), %esi\n"
 	"	call gmp_wrap_enter\n"
 	"	movq %rax, -56(%rbp)\n"
 	"	movq -8(%rbp), %rdi\n"
@@ -531,6 +570,8 @@ __asm__(
 	"	movl %eax, %esi\n"
 	"	movl -72(%rbp), %edx\n"
 	"	call gmp_wrap_leave\n"
+	"	cmpl $-1, %eax\n" /* GMP_WRAP_AGAIN: enter and call again */
+	"	je 1b\n"
 	"	leave\n"
 	"	.cfi_def_cfa %rsp, 8\n"
 	"	ret\n"

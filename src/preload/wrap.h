@@ -22,7 +22,13 @@ enum gmp_wclass {
 	GMP_W_PCTX_NEW, /* retains a primary context */
 	GMP_W_CTX_DEL,  /* destroys a context: counted */
 	GMP_W_PCTX_DEL, /* releases or resets a primary context */
+	GMP_W_ALLOC,    /* allocates device memory: retried after an
+			 * exiting holder is gone (exit.c) */
 };
+
+/* What gmp_wrap_leave returns to the assembly for "call the real
+ * function again with the same arguments" (no CUresult is negative). */
+#define GMP_WRAP_AGAIN (-1)
 
 /* Wrappers for driver functions the table does not name. */
 #define GMP_SPARES 512
@@ -33,13 +39,36 @@ enum gmp_wclass {
  * and then the lease is taken in cuInit, as before wrappers existed.
  */
 extern const unsigned gmp_wrap_n __attribute__((weak));
-extern const char *const gmp_wrap_names[] __attribute__((weak));
+/* The names, NUL-separated, and where each starts: no pointer tables,
+ * which would cost every process a relocation per entry at load. */
+extern const char gmp_wrap_strs[] __attribute__((weak));
+extern const unsigned short gmp_wrap_off[] __attribute__((weak));
 extern const unsigned char gmp_wrap_class[] __attribute__((weak));
 extern void *gmp_wrap_real[] __attribute__((weak)); /* hand-out targets */
 extern void *gmp_wrap_plt[] __attribute__((weak));  /* exported targets */
-extern void *const gmp_wrap_h[] __attribute__((weak));
 extern void *gmp_spare_real[] __attribute__((weak));
-extern void *const gmp_spare_h[] __attribute__((weak));
+/* The hand-out wrappers, as offsets from gmp_wrap_base (same reason);
+ * 0 for a name that has none (queries, own). */
+extern char gmp_wrap_base[] __attribute__((weak));
+extern const int gmp_wrap_hoff[] __attribute__((weak));
+extern const int gmp_spare_hoff[] __attribute__((weak));
+
+/* Name i of the table (i < gmp_wrap_n, wrappers built in). */
+static inline const char *gmp_wrap_name(unsigned i)
+{
+	return gmp_wrap_strs + gmp_wrap_off[i];
+}
+
+/* The hand-out wrapper of name i, and spare k. */
+static inline void *gmp_wrap_h_at(unsigned i)
+{
+	return gmp_wrap_base + gmp_wrap_hoff[i];
+}
+
+static inline void *gmp_spare_h_at(unsigned k)
+{
+	return gmp_wrap_base + gmp_spare_hoff[k];
+}
 
 /* 1: the generated wrappers are built in. */
 static inline int gmp_wrappers(void)
@@ -83,6 +112,19 @@ int gmp_wrap_may_hold_context(void);
  * after `delay_ms` without a context. Returns 0, or -1 when no thread can
  * be started (then the lease is kept). */
 int gmp_wrap_giveback_arm(unsigned delay_ms);
+
+/* The real driver's function `name` (the driver as loaded, looked up
+ * past every wrapper), or NULL. */
+void *gmp_wrap_driver_fn(const char *name);
+
+/*
+ * For the exit release (exit.c): wait for the context calls in flight
+ * (call with the gate's lock held and gmp_go 0), then 0 when every
+ * context this process may have is a primary one (which exit.c can
+ * find and synchronise), 1 when it may hold another (a non-primary
+ * context, or a call through a wrapper the table does not name).
+ */
+int gmp_wrap_ctx_settled(void);
 
 /* Fork: a child has no helper thread; forget it (atfork child handler). */
 void gmp_wrap_atfork_child(void);

@@ -387,8 +387,8 @@ CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytes)
         fc_journal_dev("tick", c->phys);
         if (bytes == 0) {
             rc = FC_ERROR_INVALID_VALUE;
-        } else if (bytes > FC_TOTAL_MEM - fc_used[c->phys]) {
-            rc = 2;     /* CUDA_ERROR_OUT_OF_MEMORY */
+        } else if (fc_mem_book(c->phys, fc_used[c->phys], bytes)) {
+            rc = 2;     /* CUDA_ERROR_OUT_OF_MEMORY (sharedmem.c) */
         } else if (!(a = calloc(1, sizeof *a))) {
             rc = 2;
         } else {
@@ -420,6 +420,7 @@ CUresult cuMemFree_v2(CUdeviceptr dptr)
             a = *pp;
             *pp = a->next;
             fc_used[a->phys] -= a->size;
+            (void)fc_mem_book(a->phys, fc_used[a->phys], 0);
             free(a);
             rc = FC_SUCCESS;
             break;
@@ -441,8 +442,8 @@ CUresult cuMemGetInfo_v2(size_t *free_bytes, size_t *total_bytes)
     if (!c) {
         rc = FC_ERROR_INVALID_CONTEXT;
     } else {
-        *total_bytes = (size_t)FC_TOTAL_MEM;
-        *free_bytes = (size_t)FC_TOTAL_MEM - fc_used[c->phys];
+        *total_bytes = (size_t)fc_mem_total();
+        *free_bytes = (size_t)fc_mem_free(c->phys, fc_used[c->phys]);
     }
     pthread_mutex_unlock(&fc_lock);
     return rc;

@@ -73,4 +73,12 @@ void fc_use_dec(int phys) FC_HIDDEN;
  * the primary contexts of the visible devices. */
 void fc_primary_setup(void) FC_HIDDEN;
 
+/* sharedmem.c: device memory counted across processes (FAKECUDA_MEM_DIR).
+ * Under fc_lock. fc_mem_book: book `delta` more bytes on top of `used`
+ * (0: record `used` after a free); 0, or 2 for out of memory (journaled
+ * as ev=oom). */
+int fc_mem_book(int phys, unsigned long long used, unsigned long long delta) FC_HIDDEN;
+unsigned long long fc_mem_free(int phys, unsigned long long used) FC_HIDDEN;
+unsigned long long fc_mem_total(void) FC_HIDDEN;
+
 #endif
