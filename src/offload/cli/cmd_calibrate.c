@@ -39,8 +39,6 @@
 #include "policy.h"
 #include "profile.h"
 
-#define GPO__USAGE "usage: " GPO_PROG " calibrate [--output PATH] [--backend PATH] [--cpu-library PATH[:PATH]|numpy|system] [--max-size N] [--reps N] [--budget SECONDS] [--ops LIST]\n"
-
 static double gpo__now(void)
 {
 	struct timespec ts;
@@ -242,6 +240,10 @@ static int gpo__options(int argc, char **argv, struct gpo__opts *o,
 	for (int i = 1; i < argc; i++) {
 		const char *v;
 		uint64_t x;
+		if (gpo_cli_is_help(argv[i])) {
+			gpo_cli_usage("calibrate", stdout);
+			return -1;
+		}
 		if ((v = gpo_cli_opt(argc, argv, &i, "--output")))
 			*output = v;
 		else if ((v = gpo_cli_opt(argc, argv, &i, "--backend")))
@@ -269,8 +271,7 @@ static int gpo__options(int argc, char **argv, struct gpo__opts *o,
 			}
 			o->budget = (double)x;
 		} else {
-			fprintf(stderr, GPO__USAGE);
-			return 2;
+			return gpo_cli_unknown("calibrate", argv[i]);
 		}
 	}
 	return 0;
@@ -327,8 +328,11 @@ int gpo_cmd_calibrate(int argc, char **argv)
 	memset(&p, 0, sizeof p);
 	if (!fc || !fg)
 		goto early;
-	if ((rc = gpo__options(argc, argv, &o, &output, &be)) != 0)
+	if ((rc = gpo__options(argc, argv, &o, &output, &be)) != 0) {
+		if (rc < 0)     /* --help */
+			rc = 0;
 		goto early;
+	}
 	rc = 1;
 	/* A call above this stops its curve growing: the biggest sizes of
 	 * the slow operations would take the budget alone. */
@@ -347,6 +351,7 @@ int gpo_cmd_calibrate(int argc, char **argv)
 	}
 	if (access(backend, R_OK) != 0) {
 		fprintf(stderr, GPO_PROG ": no GPU backend at %s (--backend PATH names one)\n", backend);
+		rc = be ? 2 : 1;
 		goto early;
 	}
 	if (!o.cpulibs || strcmp(o.cpulibs, "numpy") == 0) {
