@@ -21,7 +21,7 @@ OPTIONS = {
     "report": ["--help"],
     "profile": ["--help"],
     "calibrate": ["--output", "--backend", "--cpu-library", "--max-size",
-                  "--reps", "--budget", "--ops", "--help"],
+                  "--reps", "--budget", "--ops", "--thorough", "--help"],
 }
 
 # The GPU pays for anything above the threshold, at once (start-up 0).

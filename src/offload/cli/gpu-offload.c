@@ -60,6 +60,8 @@ static const struct {
 	  "        --reps N        repetitions per point (1 to 64; 4)\n"
 	  "        --budget S      seconds for both passes (1 to 86400; 300)\n"
 	  "        --ops LIST      only these operations (comma-separated, e.g. gemm,getrf)\n"
+	  "        --thorough      every size and every repetition (the slower grid,\n"
+	  "                        to compare the fit's error with)\n"
 	  "        -h, --help      this help" },
 };
 
