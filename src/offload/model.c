@@ -248,6 +248,22 @@ struct gpo__memo {
 static __thread struct gpo__memo gpo__memo[2]
 	__attribute__((tls_model("initial-exec")));
 
+/*
+ * The calling thread's learning back-off: after its step raced another
+ * thread's on one factor (the first compare-and-swap failed), it leaves
+ * out its next 2^k - 1 observations (k grows by one at each such race,
+ * up to 6: 63), and k falls by one at each step that goes through at
+ * once. A thread alone never races: it learns from every call. Threads
+ * learning at once then write the factor's cache line a few times per
+ * millisecond instead of at every call (a bounce of that line at every
+ * call of 16 threads costs more than the decision), and the factor
+ * still follows what they all see: the observations left out are
+ * samples of the same times as those kept.
+ */
+static __thread struct {
+	uint8_t k, skip;
+} gpo__learn __attribute__((tls_model("initial-exec")));
+
 /* The device's curve at work w, through the thread's one-entry memo. */
 static double gpo__speed(struct gpo_opstate *s, int dev, double w)
 {
@@ -350,9 +366,17 @@ void gpo_model_observe(struct gpo_model *m, const struct gpo_call *c,
 
 	if (!s || device < 0 || device > 1)
 		return;
+	/* Stored only when they change: every thread's CPU call comes
+	 * here, and a store to a shared line at each would bounce it. */
 	if (device == GPO_CPU) {
-		__atomic_store_n(&s->cpu_seen, 1, __ATOMIC_RELAXED);
-		__atomic_store_n(&s->since_cpu, 0, __ATOMIC_RELAXED);
+		if (!__atomic_load_n(&s->cpu_seen, __ATOMIC_RELAXED))
+			__atomic_store_n(&s->cpu_seen, 1, __ATOMIC_RELAXED);
+		if (__atomic_load_n(&s->since_cpu, __ATOMIC_RELAXED))
+			__atomic_store_n(&s->since_cpu, 0, __ATOMIC_RELAXED);
+	}
+	if (gpo__learn.skip) {
+		gpo__learn.skip--;
+		return;
 	}
 	gpo_model_predict(m, c, opname, 1, &tc, &tg);
 	pred = device == GPO_CPU ? tc : tg;
@@ -370,9 +394,22 @@ void gpo_model_observe(struct gpo_model *m, const struct gpo_call *c,
 	 * each applied (in some order), none lost */
 	l = gpo_ln(ratio);
 	old = gpo__ld(&s->lncorr[device]);
-	do
-		nv = (old + l) / 2;
-	while (!__atomic_compare_exchange(&s->lncorr[device], &old, &nv, 1,
-					  __ATOMIC_RELAXED, __ATOMIC_RELAXED));
+	nv = (old + l) / 2;
+	if (__atomic_compare_exchange(&s->lncorr[device], &old, &nv, 0,
+				      __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
+		if (gpo__learn.k)
+			gpo__learn.k--;
+	} else {
+		/* Lost a race: this step still counts, and the thread backs
+		 * off (below). */
+		do
+			nv = (old + l) / 2;
+		while (!__atomic_compare_exchange(&s->lncorr[device], &old, &nv,
+						  1, __ATOMIC_RELAXED,
+						  __ATOMIC_RELAXED));
+		if (gpo__learn.k < 6)
+			gpo__learn.k++;
+		gpo__learn.skip = (uint8_t)((1u << gpo__learn.k) - 1);
+	}
 	gpo__st(&s->corr[device], gpo_exp(nv));
 }

@@ -10,7 +10,10 @@
  * keeps on the CPU takes no lock shared between threads): what a call
  * changes is changed by atomic operations (the correction factors by a
  * compare-and-swap on their logarithm, the probe and ski-rental counts by
- * atomic adds), and the interpolation's memo is the thread's own.
+ * atomic adds), and the interpolation's memo is the thread's own. A
+ * thread whose learning step raced another thread's leaves out its next
+ * few observations (model.c, gpo__learn): alone, a thread learns from
+ * every call.
  * gpo_model_init and the profile are set up before any other thread
  * sees the model.
  */
@@ -98,7 +101,9 @@ void gpo_model_reset_savings(struct gpo_model *m);
 /*
  * An observation: `c` ran on `device` in `seconds`. Moves that device's
  * correction factor for the operation halfway (geometrically) towards
- * observed / predicted, and a CPU run resets the probe count.
+ * observed / predicted (unless the calling thread is backing off after a
+ * race with another: model.h's first comment), and a CPU run resets the
+ * probe count.
  */
 void gpo_model_observe(struct gpo_model *m, const struct gpo_call *c,
 		       const char *opname, int device, double seconds);
