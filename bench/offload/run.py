@@ -37,6 +37,10 @@ process's time limit is capped by it), and says what it skipped:
   mutex     gpumutex interplay: a torch holder keeps gpu-offload on the
             CPU; a free GPU is used; a torch waiter's wait against a busy
             and an idle offloader, with the documented bound
+  threads   many threads calling BLAS (threads.py): 16 and 64 Python
+            threads of small dgemm around the threshold and the model's
+            crossover, scikit-learn KMeans, joblib; plain vs default level
+            in process pairs, each point at most 1.05x
   sweep     never slower: gemm, solve, eigh, cholesky, mixed; 16 .. 16384;
             paired, alternating repetitions judged on the median of the
             paired ratios (sweep.py, verdict.judge): fresh process pairs up
@@ -67,11 +71,11 @@ import verdict as V  # noqa: E402
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BUILD = os.path.join(REPO, "build")
 ALL = ["machine", "small", "short", "headline", "nvblas", "verify", "mutex",
-       "sweep", "suites"]
+       "threads", "sweep", "suites"]
 # Relative shares of the budget among the selected sections.
 SHARE = {"machine": 0.10, "small": 0.01, "short": 0.02, "headline": 0.22,
-         "nvblas": 0.03, "verify": 0.06, "mutex": 0.06, "sweep": 0.25,
-         "suites": 0.25}
+         "nvblas": 0.03, "verify": 0.06, "mutex": 0.06, "threads": 0.10,
+         "sweep": 0.20, "suites": 0.20}
 
 
 def has_gpu():

@@ -8,7 +8,8 @@
  * in the calling thread's block (initial-exec TLS: no atomic operation, no
  * shared cache line), which is folded into the process's totals
  * (gpo_count_total) by its own thread only: every GPO_COUNT_FOLD_EVERY
- * counts, at the thread's next decided call, at the thread's exit (a
+ * counts, at the thread's next call that goes the GPU's way (a decision
+ * that takes the policy's lock), at the thread's exit (a
  * pthread key destructor, registered at the thread's first count), and
  * for the thread printing the summary just before it does. What a
  * summary may miss: the counts not yet folded of threads still running
@@ -45,7 +46,8 @@ extern uint64_t gpo_count_total[GPO_R_MAX] GPO_COUNT_HIDDEN;
 /* Fold t (the calling thread's block) into the totals, and register the
  * thread's exit destructor if not yet done. errno untouched. */
 void gpo_count_fold(struct gpo_tls *t) GPO_COUNT_HIDDEN;
-/* Fold the calling thread's block now (the summary, a decided call). */
+/* Fold the calling thread's block now (the summary, a call that takes
+ * the policy's lock). */
 void gpo_count_flush(void) GPO_COUNT_HIDDEN;
 /* In a fork child: the forking thread's counts not yet folded were the
  * parent's calls; dropped (the child's totals start from zero). */

@@ -190,10 +190,14 @@ int gpo_gpu_start(void)
 	} else if (!gpo__be && (rc = gpo__load_quiet()) != 0) {
 		/* declined, said */
 	} else if (gpo__be_start() != 0) {
+		const char *name = gpo__be->name ? gpo__be->name : "?";
 		gpo_msg_once(GPO_MSG_BACKEND, "the GPU backend %s did not "
-			     "start; every call runs on the CPU",
-			     gpo__be->name ? gpo__be->name : "?");
-		rc = gpo__decline(GPO_R_NO_BACKEND);
+			     "start; every call runs on the CPU", name);
+		/* The CUDA backend names a missing libcuda.so.1 so
+		 * (src/offload/cuda/cuapi.c): the summary's reason says it,
+		 * the commonest cause on a machine without a GPU. */
+		rc = gpo__decline(strstr(name, "no CUDA driver") ?
+				  GPO_R_NO_DRIVER : GPO_R_NO_BACKEND);
 	} else {
 		gpo__started = 1;
 		gpo_pcopy_gpu(1);       /* the copy engine may use more threads */

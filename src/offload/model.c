@@ -172,6 +172,31 @@ static int gpo__prec(char p)
 	}
 }
 
+/* Relaxed atomic loads and stores of the model's doubles (model.h). */
+static double gpo__ld(const double *p)
+{
+	double v;
+
+	__atomic_load(p, &v, __ATOMIC_RELAXED);
+	return v;
+}
+
+static void gpo__st(double *p, double v)
+{
+	__atomic_store(p, &v, __ATOMIC_RELAXED);
+}
+
+/* Add v to *p (compare-and-swap: concurrent adds are all kept). */
+static void gpo__add(double *p, double v)
+{
+	double old = gpo__ld(p), nv;
+
+	do
+		nv = old + v;
+	while (!__atomic_compare_exchange(p, &old, &nv, 1, __ATOMIC_RELAXED,
+					  __ATOMIC_RELAXED));
+}
+
 static struct gpo_opstate *gpo__state(struct gpo_model *m,
 				      const struct gpo_call *c,
 				      const char *opname)
@@ -181,12 +206,16 @@ static struct gpo_opstate *gpo__state(struct gpo_model *m,
 	if (c->op >= GPO_OPS_MAX)
 		return NULL;
 	s = &m->ops[c->op][gpo__prec(c->prec)];
-	if (!s->looked && m->prof && opname) {
-		s->curve[GPO_CPU] = gpo_profile_curve(m->prof, 'c', c->prec,
-						      opname);
-		s->curve[GPO_GPU] = gpo_profile_curve(m->prof, 'g', c->prec,
-						      opname);
-		s->looked = 1;
+	if (!__atomic_load_n(&s->looked, __ATOMIC_ACQUIRE) && m->prof &&
+	    opname) {
+		/* Two threads may both look: they find the same curves. */
+		__atomic_store_n(&s->curve[GPO_CPU],
+				 gpo_profile_curve(m->prof, 'c', c->prec, opname),
+				 __ATOMIC_RELAXED);
+		__atomic_store_n(&s->curve[GPO_GPU],
+				 gpo_profile_curve(m->prof, 'g', c->prec, opname),
+				 __ATOMIC_RELAXED);
+		__atomic_store_n(&s->looked, 1, __ATOMIC_RELEASE);
 	}
 	return s;
 }
@@ -202,14 +231,52 @@ void gpo_model_init(struct gpo_model *m, const struct gpo_profile *prof,
 			m->ops[i][j].corr[0] = m->ops[i][j].corr[1] = 1;
 }
 
-/* The device's curve at work w, through the op's one-entry memo. */
+/*
+ * The last interpolation per device (curve, work, speed), the calling
+ * thread's own: a program's loop asks the same size again, and the
+ * decision and the learning step of one call ask it twice; ln and exp are
+ * then not taken again. Per thread, not in the shared model, so that
+ * threads deciding at once neither write one cache line nor read a
+ * half-written entry. Initial-exec: the library is preloaded (count.h's
+ * block is so too), and a lookup through __tls_get_addr would cost more
+ * than the memo saves.
+ */
+struct gpo__memo {
+	const struct gpo_curve *cv;
+	double w, speed;
+};
+static __thread struct gpo__memo gpo__memo[2]
+	__attribute__((tls_model("initial-exec")));
+
+/*
+ * The calling thread's learning back-off: after its step raced another
+ * thread's on one factor (the first compare-and-swap failed), it leaves
+ * out its next 2^k - 1 observations (k grows by one at each such race,
+ * up to 6: 63), and k falls by one at each step that goes through at
+ * once. A thread alone never races: it learns from every call. Threads
+ * learning at once then write the factor's cache line a few times per
+ * millisecond instead of at every call (a bounce of that line at every
+ * call of 16 threads costs more than the decision), and the factor
+ * still follows what they all see: the observations left out are
+ * samples of the same times as those kept.
+ */
+static __thread struct {
+	uint8_t k, skip;
+} gpo__learn __attribute__((tls_model("initial-exec")));
+
+/* The device's curve at work w, through the thread's one-entry memo. */
 static double gpo__speed(struct gpo_opstate *s, int dev, double w)
 {
-	if (s->memo_w[dev] != w) {
-		s->memo_speed[dev] = gpo_curve_speed(s->curve[dev], w);
-		s->memo_w[dev] = w;
+	const struct gpo_curve *cv = __atomic_load_n(&s->curve[dev],
+						     __ATOMIC_RELAXED);
+	struct gpo__memo *mm = &gpo__memo[dev];
+
+	if (mm->cv != cv || mm->w != w) {
+		mm->speed = gpo_curve_speed(cv, w);
+		mm->w = w;
+		mm->cv = cv;
 	}
-	return s->memo_speed[dev];
+	return mm->speed;
 }
 
 void gpo_model_predict(struct gpo_model *m, const struct gpo_call *c,
@@ -223,17 +290,18 @@ void gpo_model_predict(struct gpo_model *m, const struct gpo_call *c,
 	*t_cpu = *t_gpu = 0;
 	if (!s || !p || !(w > 0))
 		return;
-	if (s->curve[GPO_CPU])
+	if (__atomic_load_n(&s->curve[GPO_CPU], __ATOMIC_RELAXED))
 		*t_cpu = w / gpo__speed(s, GPO_CPU, w) *
-			 (raw ? 1 : s->corr[GPO_CPU]);
-	if (s->curve[GPO_GPU] && p->h2d_bw > 0 && p->d2h_bw > 0) {
+			 (raw ? 1 : gpo__ld(&s->corr[GPO_CPU]));
+	if (__atomic_load_n(&s->curve[GPO_GPU], __ATOMIC_RELAXED) &&
+	    p->h2d_bw > 0 && p->d2h_bw > 0) {
 		double t = w / gpo__speed(s, GPO_GPU, w);
 		/* A fixed cost per direction that moves anything. */
 		if (c->bytes_in > 0)
 			t += p->h2d_fixed + c->bytes_in / p->h2d_bw;
 		if (c->bytes_out > 0)
 			t += p->d2h_fixed + c->bytes_out / p->d2h_bw;
-		*t_gpu = t * (raw ? 1 : s->corr[GPO_GPU]);
+		*t_gpu = t * (raw ? 1 : gpo__ld(&s->corr[GPO_GPU]));
 	}
 }
 
@@ -260,8 +328,8 @@ enum gpo_verdict gpo_model_decide(struct gpo_model *m,
 		 * 10, a call may pay nothing and adds nothing.) */
 		double startup = m->prof->startup_s > 0 ? m->prof->startup_s : 0;
 		if (tc > tg)
-			m->saved += tc - tg;
-		if (m->saved < lv->start * startup) {
+			gpo__add(&m->saved, tc - tg);
+		if (gpo__ld(&m->saved) < lv->start * startup) {
 			d->reason = GPO_R_SKI_RENTAL;
 			return GPO_V_CPU;
 		}
@@ -271,12 +339,15 @@ enum gpo_verdict gpo_model_decide(struct gpo_model *m,
 	}
 	/* A CPU probe: the CPU's speed unobserved since the GPU started, or
 	 * for GPO_PROBE_EVERY offloadable calls. */
-	if (!s->cpu_seen || s->since_cpu >= GPO_PROBE_EVERY) {
-		s->since_cpu = 0;
+	/* Threads counting at once may each see the count past the limit
+	 * and probe together: a probe or two more, never none. */
+	if (!__atomic_load_n(&s->cpu_seen, __ATOMIC_RELAXED) ||
+	    __atomic_fetch_add(&s->since_cpu, 1, __ATOMIC_RELAXED) >=
+	    GPO_PROBE_EVERY) {
+		__atomic_store_n(&s->since_cpu, 0, __ATOMIC_RELAXED);
 		d->reason = GPO_R_PROBE;
 		return GPO_V_CPU;
 	}
-	s->since_cpu++;
 	d->device = GPO_GPU;
 	d->reason = GPO_R_MODEL_GPU;
 	return GPO_V_GPU;
@@ -284,20 +355,28 @@ enum gpo_verdict gpo_model_decide(struct gpo_model *m,
 
 void gpo_model_reset_savings(struct gpo_model *m)
 {
-	m->saved = 0;
+	gpo__st(&m->saved, 0);
 }
 
 void gpo_model_observe(struct gpo_model *m, const struct gpo_call *c,
 		       const char *opname, int device, double seconds)
 {
 	struct gpo_opstate *s = gpo__state(m, c, opname);
-	double tc, tg, pred, ratio;
+	double tc, tg, pred, ratio, l, old, nv;
 
 	if (!s || device < 0 || device > 1)
 		return;
+	/* Stored only when they change: every thread's CPU call comes
+	 * here, and a store to a shared line at each would bounce it. */
 	if (device == GPO_CPU) {
-		s->cpu_seen = 1;
-		s->since_cpu = 0;
+		if (!__atomic_load_n(&s->cpu_seen, __ATOMIC_RELAXED))
+			__atomic_store_n(&s->cpu_seen, 1, __ATOMIC_RELAXED);
+		if (__atomic_load_n(&s->since_cpu, __ATOMIC_RELAXED))
+			__atomic_store_n(&s->since_cpu, 0, __ATOMIC_RELAXED);
+	}
+	if (gpo__learn.skip) {
+		gpo__learn.skip--;
+		return;
 	}
 	gpo_model_predict(m, c, opname, 1, &tc, &tg);
 	pred = device == GPO_CPU ? tc : tg;
@@ -310,7 +389,27 @@ void gpo_model_observe(struct gpo_model *m, const struct gpo_call *c,
 		ratio = 1e3;
 	if (ratio < 1e-3)
 		ratio = 1e-3;
-	/* halfway in ratio terms: the geometric mean of old and new */
-	s->lncorr[device] = (s->lncorr[device] + gpo_ln(ratio)) / 2;
-	s->corr[device] = gpo_exp(s->lncorr[device]);
+	/* halfway in ratio terms: the geometric mean of old and new; by
+	 * compare-and-swap, so that steps of threads learning at once are
+	 * each applied (in some order), none lost */
+	l = gpo_ln(ratio);
+	old = gpo__ld(&s->lncorr[device]);
+	nv = (old + l) / 2;
+	if (__atomic_compare_exchange(&s->lncorr[device], &old, &nv, 0,
+				      __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
+		if (gpo__learn.k)
+			gpo__learn.k--;
+	} else {
+		/* Lost a race: this step still counts, and the thread backs
+		 * off (below). */
+		do
+			nv = (old + l) / 2;
+		while (!__atomic_compare_exchange(&s->lncorr[device], &old, &nv,
+						  1, __ATOMIC_RELAXED,
+						  __ATOMIC_RELAXED));
+		if (gpo__learn.k < 6)
+			gpo__learn.k++;
+		gpo__learn.skip = (uint8_t)((1u << gpo__learn.k) - 1);
+	}
+	gpo__st(&s->corr[device], gpo_exp(nv));
 }

@@ -4,8 +4,18 @@
  * ski-rental start, learning correction factors and CPU probes.
  *
  * Pure computation on a struct gpo_model: no clock, no environment, no
- * locking (policy.c serialises the calls), so that tests can drive it
- * with synthetic profiles and observations.
+ * lock, so that tests can drive it with synthetic profiles and
+ * observations. Safe to call from several threads at once on one model
+ * without a lock (the policy decides and learns so: a call the model
+ * keeps on the CPU takes no lock shared between threads): what a call
+ * changes is changed by atomic operations (the correction factors by a
+ * compare-and-swap on their logarithm, the probe and ski-rental counts by
+ * atomic adds), and the interpolation's memo is the thread's own. A
+ * thread whose learning step raced another thread's leaves out its next
+ * few observations (model.c, gpo__learn): alone, a thread learns from
+ * every call.
+ * gpo_model_init and the profile are set up before any other thread
+ * sees the model.
  */
 #ifndef GPUOFFLOAD_MODEL_H
 #define GPUOFFLOAD_MODEL_H
@@ -28,23 +38,26 @@ struct gpo_level {
 /* The level's row of the table (1..10; others are clamped). */
 const struct gpo_level *gpo_level_get(int level);
 
+/* Every field is read and written with atomic operations (model.h's
+ * first comment). */
 struct gpo_opstate {
-	double corr[2];        /* observed / predicted, per device */
-	double lncorr[2];      /* ln corr[]: the learning step's own */
-	/* The last interpolation per device (work, speed): a program's loop
-	 * asks the same size again, and the decision and the learning step
-	 * of one call ask it twice; ln and exp are then not taken again. */
-	double memo_w[2], memo_speed[2];
+	double corr[2];        /* observed / predicted, per device: exp of
+	                        * lncorr, stored after each step (a step that
+	                        * loses the race to store is one step behind
+	                        * until the next observation) */
+	double lncorr[2];      /* ln corr[]: the learning step's own, moved
+	                        * by compare-and-swap, so no step is lost */
 	uint32_t since_cpu;    /* offloadable calls since a CPU observation */
 	uint8_t cpu_seen;      /* the CPU time was observed at least once */
-	uint8_t looked;        /* curve[] looked up */
+	uint8_t looked;        /* curve[] looked up (set after them) */
 	const struct gpo_curve *curve[2];
 };
 
 struct gpo_model {
 	const struct gpo_profile *prof;  /* NULL: nothing can be predicted */
 	int level;
-	double saved;          /* ski-rental: predicted savings missed so far */
+	double saved;          /* ski-rental: predicted savings missed so far
+	                        * (atomic: added by compare-and-swap) */
 	struct gpo_opstate ops[GPO_OPS_MAX][4];
 };
 
@@ -88,7 +101,9 @@ void gpo_model_reset_savings(struct gpo_model *m);
 /*
  * An observation: `c` ran on `device` in `seconds`. Moves that device's
  * correction factor for the operation halfway (geometrically) towards
- * observed / predicted, and a CPU run resets the probe count.
+ * observed / predicted (unless the calling thread is backing off after a
+ * race with another: model.h's first comment), and a CPU run resets the
+ * probe count.
  */
 void gpo_model_observe(struct gpo_model *m, const struct gpo_call *c,
 		       const char *opname, int device, double seconds);

@@ -28,6 +28,15 @@ static void gpo__trace_call(const struct gpo_call *c,
 		gpo_pol_trace_failed(rc, 0);
 }
 
+/* A decided call: one the policy was asked about (every reason but the
+ * frontend's own verdicts). */
+static int gpo__decided(unsigned r)
+{
+	return r != GPO_R_SMALL && r != GPO_R_NESTED && r != GPO_R_WORKSPACE &&
+	       r != GPO_R_MEASURED && r != GPO_R_UNSUPPORTED &&
+	       r != GPO_R_COPY_ENGINE && r != GPO_R_PAUSED;
+}
+
 int gpo_policy_tracing(void)
 {
 	/* Not initialised yet: the first observe will initialise, and may
@@ -53,18 +62,21 @@ void gpo_policy_observe(const struct gpo_call *c,
 	 * workspace queries, measured-only or unsupported calls, calls made
 	 * while paused): the policy was not asked, and learns nothing from
 	 * them. */
-	int own = r == GPO_R_SMALL || r == GPO_R_NESTED ||
-		  r == GPO_R_WORKSPACE || r == GPO_R_MEASURED ||
-		  r == GPO_R_UNSUPPORTED || r == GPO_R_COPY_ENGINE ||
-		  r == GPO_R_PAUSED;
+	int own = !gpo__decided(r);
 
-	if (own && device == GPO_CPU &&
+	if (device == GPO_CPU && d->device == GPO_CPU &&
 	    __atomic_load_n(&gpo_pol.inited, __ATOMIC_ACQUIRE)) {
-		/* The small-call path: counted in the thread's own block
-		 * (count.h), without the lock or an atomic operation, so that
-		 * it costs a few nanoseconds and no contention. */
+		/* The shared path: a call that stayed on the CPU (the
+		 * frontend's own verdicts, or the policy's: kept by the
+		 * model, a probe, forced) is counted in the thread's own
+		 * block (count.h) and learnt from by the model's atomic step
+		 * (model.h): no lock, no shared counter, so that threads
+		 * calling BLAS at once do not queue behind each other. */
 		if (r < GPO_R_MAX)
 			gpo_count(&gpo_tls, r);
+		if (!own && !fail && r != GPO_R_VERIFY)
+			gpo_model_observe(&gpo_pol.model, c, gpo_op_name(c->op),
+					  device, seconds);
 		if (gpo_trace_on())
 			gpo__trace_call(c, d, device, seconds, copy_in_s,
 					copy_out_s, fail);
@@ -80,14 +92,11 @@ void gpo_policy_observe(const struct gpo_call *c,
 		gpo_pol.inflight--;
 		gpo_pol.last_gpu_ns = gpo_pol_mono();
 	}
-	if (!own) {
-		gpo_pol.decided++;
-		/* Learning from what really ran: not from a GPU attempt that
-		 * failed half-way, nor from verify mode's double runs. */
-		if (!fail && r != GPO_R_VERIFY)
-			gpo_model_observe(&gpo_pol.model, c, gpo_op_name(c->op),
-					  device, seconds);
-	}
+	/* Learning from what really ran: not from a GPU attempt that
+	 * failed half-way, nor from verify mode's double runs. */
+	if (!own && !fail && r != GPO_R_VERIFY)
+		gpo_model_observe(&gpo_pol.model, c, gpo_op_name(c->op),
+				  device, seconds);
 	if (device == GPO_GPU) {
 		gpo_pol.on_gpu++;
 		gpo_pol.gpu_s += seconds;
@@ -104,7 +113,7 @@ void gpo_policy_observe(const struct gpo_call *c,
 void gpo_pol_summary(void)
 {
 	char line[1024];
-	uint64_t calls = 0, reasons[GPO_R_MAX];
+	uint64_t calls = 0, decided = 0, reasons[GPO_R_MAX];
 	size_t n;
 
 	/* Read without the lock: at exit another thread may hold it for
@@ -116,12 +125,14 @@ void gpo_pol_summary(void)
 	for (unsigned r = 0; r < GPO_R_MAX; r++) {
 		reasons[r] = __atomic_load_n(&gpo_count_total[r], __ATOMIC_RELAXED);
 		calls += reasons[r];
+		if (r && gpo__decided(r))
+			decided += reasons[r];
 	}
 
 	n = (size_t)snprintf(line, sizeof line,
 			     "gpu-offload: summary: %llu calls seen, %llu decided, %llu offloaded (GPU %.3f s, start-up %.3f s), predicted time saved %.3f s; reasons:",
 			     (unsigned long long)calls,
-			     (unsigned long long)gpo_pol.decided,
+			     (unsigned long long)decided,
 			     (unsigned long long)gpo_pol.on_gpu, gpo_pol.gpu_s,
 			     gpo_pol.startup_s, gpo_pol.saved_s - gpo_pol.startup_s);
 	for (unsigned r = 1; r < GPO_R_MAX && n < sizeof line; r++)
@@ -130,4 +141,11 @@ void gpo_pol_summary(void)
 					      " %s=%llu", gpo_reason_name(r),
 					      (unsigned long long)reasons[r]);
 	fprintf(stderr, "%s\n", line);
+	/* Why nothing went to the GPU, when it is the setup's doing. */
+	if (!gpo_pol.on_gpu && reasons[GPO_R_NO_PROFILE])
+		fprintf(stderr, "gpu-offload: nothing was offloaded: no profile (no machine profile: run `gpu-offload calibrate`, or give --profile PATH)\n");
+	else if (!gpo_pol.on_gpu && reasons[GPO_R_NO_DRIVER])
+		fprintf(stderr, "gpu-offload: nothing was offloaded: no CUDA driver (libcuda.so.1 not found)\n");
+	else if (!gpo_pol.on_gpu && reasons[GPO_R_NO_BACKEND])
+		fprintf(stderr, "gpu-offload: nothing was offloaded: no GPU backend (it could not be loaded or started; see the line above)\n");
 }

@@ -32,9 +32,9 @@ static void gpo__give_back(int64_t now)
 {
 	gpo_gpu_stop();
 	gpo_olease_release(now);
-	gpo_pol.started = 0;
+	gpo_pol_set(&gpo_pol.started, 0);
 	gpo_pol.mem_at = 0;
-	gpo_pol.draining = 0;
+	gpo_pol_set(&gpo_pol.draining, 0);
 	gpo_model_reset_savings(&gpo_pol.model);
 }
 
@@ -72,9 +72,9 @@ static void *gpo__watch(void *arg)
 		}
 		now = gpo_pol_mono();
 		if (c == 1 && !gpo_pol.draining)
-			gpo_pol.draining = 1;
+			gpo_pol_set(&gpo_pol.draining, 1);
 		else if (c == 0 && gpo_pol.draining)
-			gpo_pol.draining = 0;
+			gpo_pol_set(&gpo_pol.draining, 0);
 		if (gpo_pol.draining && gpo_pol.inflight == 0 &&
 		    now - gpo_pol.last_gpu_ns >= gpo_pol.yield_ns) {
 			gpo__give_back(now);
@@ -203,7 +203,7 @@ static int gpo__start(const struct gpo_call *c, int forced)
 
 	if (rc == GPO_OL_BROKEN) {
 		gpo_pol_say(8, "cannot take a gpumutex lease (%s); the GPU is not used%s", err, "");
-		gpo_pol.dead = GPO_R_NO_LEASE;
+		gpo_pol_set(&gpo_pol.dead, GPO_R_NO_LEASE);
 		return GPO_R_NO_LEASE;
 	}
 	if (rc == GPO_OL_REFUSED)
@@ -221,17 +221,18 @@ static int gpo__start(const struct gpo_call *c, int forced)
 	if (rc) {
 		/* The backend's own line is on stderr already. */
 		gpo_olease_release(gpo_pol_mono());
-		gpo_pol.dead = rc > 0 && rc < GPO_R_MAX ? rc : GPO_R_NO_BACKEND;
+		gpo_pol_set(&gpo_pol.dead,
+			    rc > 0 && rc < GPO_R_MAX ? rc : GPO_R_NO_BACKEND);
 		return gpo_pol.dead;
 	}
-	gpo_pol.started = 1;
+	gpo_pol_set(&gpo_pol.started, 1);
 	gpo_pol.startup_s += (gpo_pol_mono() - t0) / 1e9;
 	gpo_pol.pinned = gpo_olease_pinned();
 	if (!gpo_pol.pinned && gpo_olease_managed()) {
 		gpo__watch_start();
 		if (!gpo_pol.watching) {
 			gpo__give_back(gpo_pol_mono());
-			gpo_pol.dead = GPO_R_NO_LEASE;
+			gpo_pol_set(&gpo_pol.dead, GPO_R_NO_LEASE);
 			return GPO_R_NO_LEASE;
 		}
 	}
@@ -270,27 +271,84 @@ static int gpo__memory_ok(const struct gpo_call *c)
 	return (double)gpo_pol.mem_free >= need + reserve * (double)gpo_pol.mem_total;
 }
 
+/*
+ * Under gpo_pol_lock: the GPU half of a decision the model made without
+ * the lock (verdict v, GPO_V_GPU or GPO_V_START, seen with the GPU
+ * `started` or not). The state may have moved meanwhile: another thread
+ * started the GPU (then it is used), the watcher gave it back or a
+ * waiter came (then this call stays on the CPU: the next decides
+ * afresh), a start failed for good. Returns the verdict.
+ */
+static enum gpo_verdict gpo__gpu_half(const struct gpo_call *c,
+				      enum gpo_verdict v,
+				      struct gpo_decision *d)
+{
+	int r = 0;
+
+	if (gpo_pol.dead)
+		r = gpo_pol.dead;
+	else if (gpo_pol.draining ||
+		 (v == GPO_V_GPU && !gpo_pol.started))
+		r = GPO_R_NO_LEASE;
+	else if (v == GPO_V_START && gpo_pol.started)
+		v = GPO_V_GPU;
+	if (!r && v == GPO_V_GPU)
+		r = gpo__busy_now();
+	if (!r && v == GPO_V_START) {
+		r = gpo__start(c, 0);
+		/* Savings count again from zero: the next try is another
+		 * start's worth away (and no sooner than the lease's
+		 * back-off). */
+		if (r)
+			gpo_model_reset_savings(&gpo_pol.model);
+	}
+	if (!r && !gpo__memory_ok(c))
+		r = GPO_R_NO_MEMORY;
+	if (r) {
+		d->reason = (uint16_t)r;
+		return GPO_V_CPU;
+	}
+	return v;
+}
+
+/*
+ * The shared path is lock-free: a call the model keeps on the CPU (and
+ * a forced-CPU one, or one after the GPU was found unusable) reads the
+ * policy's settings, fixed once `inited` is seen, and its state words
+ * (started, dead, draining: atomic), and asks the model, which is safe
+ * without a lock (model.h). Only a call on its way to the GPU takes
+ * gpo_pol_lock: starting the GPU, the lease, NVML, free memory and the
+ * in-flight count are the lock's.
+ */
 int gpo_policy_decide(const struct gpo_call *c, struct gpo_decision *d)
 {
 	int saved = errno;
 	const char *name = gpo_op_name(c->op);
+	int dead;
 
-	gpo_count_flush();      /* a fold point (count.h) */
-	pthread_mutex_lock(&gpo_pol_lock);
-	if (!gpo_pol.inited)
-		gpo_pol_init();
+	if (!__atomic_load_n(&gpo_pol.inited, __ATOMIC_ACQUIRE)) {
+		pthread_mutex_lock(&gpo_pol_lock);
+		if (!gpo_pol.inited)
+			gpo_pol_init();
+		pthread_mutex_unlock(&gpo_pol_lock);
+	}
 	memset(d, 0, sizeof *d);
 	d->device = GPO_CPU;
+	dead = gpo_pol_get(&gpo_pol.dead);
 	if (gpo_pol.force == GPO_POL_FORCE_CPU) {
 		gpo_model_predict(&gpo_pol.model, c, name, 0, &d->t_cpu, &d->t_gpu);
 		d->reason = GPO_R_FORCED_CPU;
-	} else if (gpo_pol.dead) {
+	} else if (dead) {
 		gpo_model_predict(&gpo_pol.model, c, name, 0, &d->t_cpu, &d->t_gpu);
-		d->reason = (uint16_t)gpo_pol.dead;
+		d->reason = (uint16_t)dead;
 	} else if (gpo_pol.force == GPO_POL_FORCE_GPU) {
 		int r = 0;
 		gpo_model_predict(&gpo_pol.model, c, name, 0, &d->t_cpu, &d->t_gpu);
-		if (gpo_pol.draining)
+		gpo_count_flush();      /* a fold point (count.h) */
+		pthread_mutex_lock(&gpo_pol_lock);
+		if (gpo_pol.dead)
+			r = gpo_pol.dead;
+		else if (gpo_pol.draining)
 			r = GPO_R_NO_LEASE;
 		else if (!gpo_pol.started)
 			r = gpo__start(c, 1);
@@ -298,40 +356,31 @@ int gpo_policy_decide(const struct gpo_call *c, struct gpo_decision *d)
 			r = GPO_R_NO_MEMORY;
 		d->reason = (uint16_t)(r ? r : GPO_R_FORCED_GPU);
 		d->device = r ? GPO_CPU : GPO_GPU;
+		if (d->device == GPO_GPU)
+			gpo_pol.inflight++;
+		pthread_mutex_unlock(&gpo_pol_lock);
+	} else if (!gpo_pol.have_prof) {
+		/* Nothing to decide by: said as such (not model-cpu), so
+		 * that the summary tells why nothing was offloaded. */
+		d->reason = GPO_R_NO_PROFILE;
 	} else {
-		enum gpo_verdict v = gpo_model_decide(&gpo_pol.model, c, name,
-						      gpo_pol.started, d);
-		if (v != GPO_V_CPU && gpo_pol.draining) {
+		enum gpo_verdict v = gpo_model_decide(
+			&gpo_pol.model, c, name,
+			gpo_pol_get(&gpo_pol.started), d);
+		if (v != GPO_V_CPU && gpo_pol_get(&gpo_pol.draining)) {
 			v = GPO_V_CPU;
 			d->reason = GPO_R_NO_LEASE;
 		}
-		if (v == GPO_V_GPU) {
-			int r = gpo__busy_now();
-			if (r) {
-				d->reason = (uint16_t)r;
-				v = GPO_V_CPU;
-			}
-		}
-		if (v == GPO_V_START) {
-			int r = gpo__start(c, 0);
-			if (r) {
-				/* Savings count again from zero: the next
-				 * try is another start's worth away (and no
-				 * sooner than the lease's back-off). */
-				gpo_model_reset_savings(&gpo_pol.model);
-				d->reason = (uint16_t)r;
-				v = GPO_V_CPU;
-			}
-		}
-		if (v != GPO_V_CPU && !gpo__memory_ok(c)) {
-			d->reason = GPO_R_NO_MEMORY;
-			v = GPO_V_CPU;
+		if (v != GPO_V_CPU) {
+			gpo_count_flush();      /* a fold point (count.h) */
+			pthread_mutex_lock(&gpo_pol_lock);
+			v = gpo__gpu_half(c, v, d);
+			if (v != GPO_V_CPU)
+				gpo_pol.inflight++;
+			pthread_mutex_unlock(&gpo_pol_lock);
 		}
 		d->device = v == GPO_V_CPU ? GPO_CPU : GPO_GPU;
 	}
-	if (d->device == GPO_GPU)
-		gpo_pol.inflight++;
-	pthread_mutex_unlock(&gpo_pol_lock);
 	if (gpo_trace_on())
 		gpo_trace_before(c);
 	errno = saved;

@@ -74,6 +74,8 @@ enum gpo_reason {
 	GPO_R_MEASURED,         /* measured only (gemv, level 1): never offloaded */
 	GPO_R_COPY_ENGINE,      /* a strided ?copy done by the CPU copy engine */
 	GPO_R_PAUSED,           /* the offloader was paused (gpu_offload_pause) */
+	GPO_R_NO_PROFILE,       /* no machine profile: nothing to decide by */
+	GPO_R_NO_DRIVER,        /* the backend found no CUDA driver */
 	GPO_R_MAX
 };
 

@@ -64,11 +64,16 @@ $(B)/tests/offload/policy-mt-tsan: tests/offload/policy-mt.c $(POLICY_SRC) \
 	$(CC) $(WARN) -O1 -g -fsanitize=thread -Isrc/lease -Isrc/offload \
 	    -o $@ $< $(POLICY_SRC) $(LEASE_SRC) -ldl -lpthread
 
+# -I the generated ops.h: cli_check.c reads the backend ABI (backend.h).
 $(B)/gpu-offload: $(GPO_CLI_MAIN) $(GPO_CLI_HDR) $(POLICY_HDR) \
-		$(B)/offload-policy/profile.o $(B)/liblease.a
+		$(B)/offload-policy/profile.o $(B)/offload-policy/model.o \
+		$(B)/liblease.a $(B)/offload/gen/.stamp
 	@mkdir -p $(@D)
 	$(CC) $(WARN) $(CFLAGS) -Isrc/lease -Isrc/offload -Isrc/offload/cli \
-	    -o $@ $(GPO_CLI_MAIN) $(B)/offload-policy/profile.o $(B)/liblease.a
+	    -I$(B)/offload/gen -o $@ $(GPO_CLI_MAIN) \
+	    $(B)/offload-policy/profile.o $(B)/offload-policy/model.o \
+	    $(B)/liblease.a \
+	    -Wl,--no-as-needed -l:libdl.so.2 -Wl,--as-needed
 
 # Finds the BLAS and LAPACK at run time (dlopen, RTLD_GLOBAL): the build
 # needs no BLAS, and calls go through a preloaded libgpuoffload.so.

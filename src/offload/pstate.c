@@ -102,14 +102,14 @@ static void gpo__child(void)
 	memcpy(&gpo_pol_lock, &fresh, sizeof fresh);
 	gpo_trace_fork(2);
 	if (gpo_pol.started || gpo_olease_held()) {
-		gpo_pol.dead = GPO_R_FORKED;
-		gpo_pol.started = 0;
+		gpo_pol_set(&gpo_pol.dead, GPO_R_FORKED);
+		gpo_pol_set(&gpo_pol.started, 0);
 		gpo_olease_forget();
 	}
 	gpo_pol.watching = 0;
 	gpo_pol.inflight = 0;
-	gpo_pol.draining = 0;
-	gpo_pol.decided = gpo_pol.on_gpu = 0;
+	gpo_pol_set(&gpo_pol.draining, 0);
+	gpo_pol.on_gpu = 0;
 	memset(gpo_count_total, 0, sizeof gpo_count_total);
 	gpo_count_child();
 	gpo_pol.gpu_s = gpo_pol.saved_s = gpo_pol.startup_s = 0;

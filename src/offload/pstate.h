@@ -6,9 +6,14 @@
  * counts, traces of calls and the exit summary). Apart from policy.h
  * because the frontend must not see it: policy.h is the boundary.
  *
- * Locking: gpo_pol_lock over the model, the GPU state and the lease; the
- * trace writer has its own (trace.c), taken after the first or alone. A
- * fork handler takes both, so a child starts with them free.
+ * Locking: gpo_pol_lock over the GPU state and the lease; the trace
+ * writer has its own (trace.c), taken after the first or alone. A fork
+ * handler takes both, so a child starts with them free. The calls that
+ * stay on the CPU take neither (policy.c's gpo_policy_decide, observe.c):
+ * they read the settings, fixed once `inited` is 1, and the three state
+ * words `started`, `dead` and `draining`, which are written under the lock
+ * but with gpo_pol_set and read with gpo_pol_get; the model needs no lock
+ * (model.h); the summary's counts are per thread (count.h).
  */
 #ifndef GPUOFFLOAD_PSTATE_H
 #define GPUOFFLOAD_PSTATE_H
@@ -49,7 +54,7 @@ struct gpo_pol_state {
 	int watching;
 	unsigned said;         /* bit per kind of message said once */
 	/* the summary (the per-reason counts: count.c's gpo_count_total) */
-	uint64_t decided, on_gpu;
+	uint64_t on_gpu;       /* (decided calls: from the counts) */
 	double gpu_s, saved_s, startup_s;
 };
 
@@ -57,6 +62,18 @@ extern pthread_mutex_t gpo_pol_lock GPO_POL_HIDDEN;
 /* Written under gpo_pol_lock; `inited` is also read without it (atomic
  * acquire: the settings are fixed once it is 1). */
 extern struct gpo_pol_state gpo_pol GPO_POL_HIDDEN;
+
+/* The state words read without the lock (above): an atomic store, made
+ * under gpo_pol_lock, and an atomic load. */
+static inline void gpo_pol_set(int *word, int v)
+{
+	__atomic_store_n(word, v, __ATOMIC_RELEASE);
+}
+
+static inline int gpo_pol_get(const int *word)
+{
+	return __atomic_load_n(word, __ATOMIC_ACQUIRE);
+}
 
 /* CLOCK_MONOTONIC in nanoseconds. */
 int64_t gpo_pol_mono(void) GPO_POL_HIDDEN;

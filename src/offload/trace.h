@@ -87,7 +87,8 @@ static inline const char *gpo_reason_name(unsigned r)
 		"ski-rental", "probe", "no-lease", "gpu-busy", "no-memory",
 		"no-backend", "forked", "forced-cpu", "forced-gpu",
 		"unsupported", "fail-alloc", "fail-copy", "fail-kernel",
-		"verify", "measured", "copy-engine", "paused",
+		"verify", "measured", "copy-engine", "paused", "no-profile",
+		"no-driver",
 	};
 	return r < sizeof names / sizeof names[0] ? names[r] : "?";
 }

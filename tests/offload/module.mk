@@ -6,7 +6,8 @@ OFL_TCC = $(CC) $(WARN) $(CFLAGS) -Wno-strict-prototypes
 OFL_TESTS := $(OFL_T)/opcheck $(OFL_T)/libbadabi.so $(OFL_T)/forkcheck \
              $(OFL_T)/securecheck $(OFL_T)/threadcheck $(OFL_T)/sitecheck \
              $(OFL_T)/forkrace $(OFL_T)/countcheck \
-             $(OFL_T)/libdlcount.so $(OFL_T)/pausecheck
+             $(OFL_T)/libdlcount.so $(OFL_T)/pausecheck \
+             $(OFL_T)/liblockcount.so $(OFL_T)/lockcheck
 
 $(OFL_T)/opcheck: $(OFL_TSRC)/opcheck.c $(OFL_TSRC)/opcheck_lapack.c $(OFL_TSRC)/opcheck.h
 	@mkdir -p $(@D)
@@ -39,6 +40,15 @@ $(OFL_T)/libpauselib.so: $(OFL_TSRC)/pauselib.c
 	@mkdir -p $(@D)
 	$(OFL_TCC) -fPIC -shared -Wl,-soname,$(@F) -o $@ $<
 $(OFL_T)/pausecheck: $(OFL_TSRC)/pausecheck.c $(OFL_T)/libpauselib.so
+	$(OFL_TCC) -pthread -o $@ $< -L$(OFL_T) -lpauselib \
+	    -Wl,-rpath,'$$ORIGIN' -ldl
+
+# lockcheck (the calls that stay on the CPU take no shared lock) counts
+# through liblockcount.so, preloaded; its CPU library is libpauselib.so.
+$(OFL_T)/liblockcount.so: $(OFL_TSRC)/lockcount.c
+	@mkdir -p $(@D)
+	$(OFL_TCC) -fPIC -shared -o $@ $< -ldl -pthread
+$(OFL_T)/lockcheck: $(OFL_TSRC)/lockcheck.c $(OFL_T)/libpauselib.so
 	$(OFL_TCC) -pthread -o $@ $< -L$(OFL_T) -lpauselib \
 	    -Wl,-rpath,'$$ORIGIN' -ldl
 

@@ -13,6 +13,11 @@
  * output, prints "CLOBBERED <case>" (the tests look for it). Workspace
  * queries are made first, as programs do (they must stay on the CPU).
  * Also prints one line per case: "<case> info=<n>".
+ *
+ * OPCHECK_GUARD=1: every operand is placed so that it ends at a page
+ * boundary with an inaccessible page after it, and an inaccessible page
+ * before its first page: a copy that reads or writes one byte beyond
+ * what the call handed over faults (the tests see the crash).
  */
 #define _GNU_SOURCE
 #include <complex.h>
@@ -22,6 +27,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/auxv.h>
+#include <sys/mman.h>
 
 #include "opcheck.h"
 
@@ -73,13 +80,41 @@ void bset(struct buf *b, int i, int j, Z v)
 	}
 }
 
+/* n zeroed bytes for an operand: calloc, or between guard pages. */
+static void *opalloc(size_t n)
+{
+	static int guard = -1;
+	size_t pg, len;
+	char *m;
+
+	if (guard < 0)
+		guard = getenv("OPCHECK_GUARD") && strcmp(getenv("OPCHECK_GUARD"), "1") == 0;
+	if (!guard)
+		return calloc(n ? n : 1, 1);
+	pg = (size_t)getauxval(AT_PAGESZ);
+	len = (n + pg - 1) / pg * pg;
+	m = mmap(NULL, len + 2 * pg, PROT_READ | PROT_WRITE,
+		 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (m == MAP_FAILED) {
+		perror("opcheck: mmap");
+		exit(2);
+	}
+	if (mprotect(m, pg, PROT_NONE) || mprotect(m + pg + len, pg, PROT_NONE)) {
+		perror("opcheck: mprotect");
+		exit(2);
+	}
+	/* the last byte of the operand is the last before the guard page
+	 * (n is a multiple of the element size: aligned for it) */
+	return m + pg + len - n;
+}
+
 /* A rows x cols operand with ld = rows + 3, the gaps holding SENT. */
 struct buf mk(int rows, int cols, char kind)
 {
 	struct buf b = { NULL, rows, cols, rows + 3, kind };
 	size_t n = (size_t)b.ld * (size_t)(cols ? cols : 1);
 	size_t e = kind == 'I' ? sizeof(int) : kind == 'R' ? rsz() : esz();
-	b.p = calloc(n, e);
+	b.p = opalloc(n * e);
 	for (int j = 0; j < (cols ? cols : 1); j++)
 		for (int i = 0; i < b.ld; i++)
 			bset(&b, i, j, i < rows ? rnd() + (cplx() ? I * rnd() : 0) : SENT);
@@ -132,7 +167,7 @@ struct buf dup(const struct buf *b)
 	struct buf d = *b;
 	size_t e = b->kind == 'I' ? sizeof(int) : b->kind == 'R' ? rsz() : esz();
 	size_t n = (size_t)b->ld * (size_t)(b->cols ? b->cols : 1) * e;
-	d.p = malloc(n);
+	d.p = opalloc(n);
 	memcpy(d.p, b->p, n);
 	return d;
 }

@@ -46,12 +46,15 @@ def test_quick_mode_writes_every_section(quick):
     md = (quick / "report.md").read_text()
     assert res["mode"] == "quick" and "errors" not in res, res.get("errors")
     for key in ("machine", "short", "headline", "nvblas", "verify", "mutex",
-                "sweep", "suites"):
+                "threads", "sweep", "suites"):
         assert key in res, key
     for title in ("A short program pays no CUDA start-up", "Headline set",
-                  "Verify mode", "gpumutex interplay", "Never slower",
-                  "NumPy's and SciPy's own tests"):
+                  "Verify mode", "gpumutex interplay", "Many threads calling BLAS",
+                  "Never slower", "NumPy's and SciPy's own tests"):
         assert title in md, title
+    # The threads section's point ran both ways and was judged.
+    tp = res["threads"]["points"]
+    assert tp and all(p.get("skip") or (p["ratios"] and p["median"]) for p in tp), tp
     # The parts whose outcome does not depend on speed hold here too.
     assert res["short"]["ok"] and res["short"]["control_ok"], res["short"]
     # The short program timed in process pairs: every pair measured, and

@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "calib.h"
+#include "model.h"          /* gpo_ln, gpo_exp: no libm */
 #include "policy.h"
 #include "trace.h"
 
@@ -125,6 +126,38 @@ int gpo_clog_read(const char *path, struct gpo_clog *l)
 			p->attempts = (int)b;
 			p->clean = (int)c;
 			p->unsettled = (int)d;
+		} else if (gpo__kw(&s, "smooth")) {
+			size_t u = strlen(l->smooth);
+			snprintf(l->smooth + u, sizeof l->smooth - u, "%s%s",
+				 u ? ", " : "", s + 1);
+		} else if (gpo__kw(&s, "spent")) {
+			double v[3];
+			const char *w;
+			size_t wl;
+			int64_t n;
+			while (*s == ' ')
+				s++;
+			w = s;
+			wl = strcspn(s, " ");
+			s += wl;
+			if (gpo__int(&s, &n))
+				continue;
+			for (int i = 0; i < 3; i++) {
+				const char *e;
+				while (*s == ' ')
+					s++;
+				if (gpo_scan_double(s, &v[i], &e) != 0)
+					v[i] = 0;
+				s = e ? e : s;
+			}
+			l->prep_s += v[0];
+			l->calls_s += v[1];
+			l->other_s += v[2];
+			if (v[0] + v[1] + v[2] > l->worst_s) {
+				l->worst_s = v[0] + v[1] + v[2];
+				snprintf(l->worst, sizeof l->worst, "%.*s %lld",
+					 (int)(wl < 16 ? wl : 16), w, (long long)n);
+			}
 		} else if (gpo__kw(&s, "call")) {
 			struct gpo_cwin *w;
 			if (!l->npts || gpo__int(&s, &a) || gpo__int(&s, &b) ||
@@ -383,4 +416,62 @@ int gpo_cfit_profile(struct gpo_cfit *f, char dev, struct gpo_profile *p)
 		p->curves[p->ncurves++] = c;
 	}
 	return 0;
+}
+
+static double gpo__lnf(double x)
+{
+	return x > 0 ? gpo_ln(x) : -700;
+}
+
+int gpo_cfit_error(const struct gpo_cfit *f, double *median, double *p90,
+		   double *max, char *worst, size_t len)
+{
+	double *err = malloc(((size_t)f->n + 1) * sizeof *err);
+	int k = 0;
+
+	*median = *p90 = *max = 0;
+	if (worst && len)
+		worst[0] = '\0';
+	if (!err)
+		return 0;
+	for (int i = 0; i < f->n; i++) {
+		const struct gpo__pt *p = &f->pts[i], *lo = NULL, *hi = NULL;
+		double s, sp, pred;
+		if (i > 0 && f->pts[i - 1].prec == p->prec &&
+		    strcmp(f->pts[i - 1].op, p->op) == 0)
+			lo = &f->pts[i - 1];
+		if (i + 1 < f->n && f->pts[i + 1].prec == p->prec &&
+		    strcmp(f->pts[i + 1].op, p->op) == 0)
+			hi = &f->pts[i + 1];
+		if ((!lo && !hi) || p->n < 1)
+			continue;
+		/* the points' times are sorted (gpo_cfit_profile) */
+		s = p->flops / p->t[p->n / 4];
+		if (lo && hi) {
+			double slo = lo->flops / lo->t[lo->n / 4];
+			double shi = hi->flops / hi->t[hi->n / 4];
+			double t = (gpo__lnf(p->flops) - gpo__lnf(lo->flops)) /
+				   (gpo__lnf(hi->flops) - gpo__lnf(lo->flops));
+			sp = gpo_exp(gpo__lnf(slo) + t * (gpo__lnf(shi) - gpo__lnf(slo)));
+		} else {
+			const struct gpo__pt *q = lo ? lo : hi;
+			sp = q->flops / q->t[q->n / 4];
+		}
+		pred = s / sp;          /* predicted time / measured time */
+		err[k] = pred > 1 ? pred - 1 : 1 - pred;
+		if (err[k] > *max) {
+			*max = err[k];
+			if (worst && len)
+				snprintf(worst, len, "%c%s %.3g Gflop", p->prec,
+					 p->op, p->flops / 1e9);
+		}
+		k++;
+	}
+	if (k) {
+		qsort(err, (size_t)k, sizeof *err, gpo__cmp);
+		*median = err[k / 2];
+		*p90 = err[(k * 9) / 10 < k ? (k * 9) / 10 : k - 1];
+	}
+	free(err);
+	return k;
 }

@@ -32,6 +32,10 @@ struct point {
 	double cap;
 	fn_t *fn;
 	void *a, *b, *c, *piv, *w_, *work, *iwork, *rwork;
+	void *a0;              /* A as made once a point, copied into a
+	                        * before each LAPACK call (which overwrites a) */
+	int thorough;          /* every rep, whatever the calls agree on */
+	double prep_s;         /* seconds spent making the matrices */
 	int64_t lwork, liwork, lrwork;
 	/* the accepted measurement's calls */
 	int ncall;

@@ -15,6 +15,19 @@
  *   of its calls took more than CALL_CAP_S seconds, and once its next
  *   point, predicted as 8 times its last one (n^3 work), would end after
  *   DEADLINE_S seconds from the start (the log says which).
+ * Where the time goes (the CPU pass of a 16-core H100 machine took 171 s
+ * before): a curve's last point, whose calls are up to 8 times the cap,
+ * measured REPS times; and remaking the matrices (one thread, a
+ * transposed pass for the Hermitian ones) before every LAPACK call. So,
+ * unless GPO_CALIB_THOROUGH=1 (every point, every rep: the old grid, to
+ * compare the fits):
+ *   - a point's matrices are made once and copied before each call;
+ *   - a point's reps stop once two calls of at least 20 ms agree within
+ *     3% (the fit takes a lower quartile: two agreeing calls give it);
+ *   - a curve stops growing where it is smooth: when its next point
+ *     would take more than the cap and its speed grew by less than 10%
+ *     over its last doubling (the model holds the speed flat beyond the
+ *     last point, within that 10%); the log says "smooth NAME N".
  * Environment (set by `gpu-offload calibrate`):
  *   GPO_CALIB_LIBS   the CPU libraries, ':'-separated, dlopen()ed
  *                    RTLD_GLOBAL (default libblas.so.3:liblapack.so.3);
@@ -44,6 +57,11 @@
  *   missing NAME                  the library has no such function
  *   budget NAME N                 the deadline left NAME's size N and
  *                                 above unmeasured
+ *   smooth NAME N                 NAME's curve flat enough to stop
+ *                                 before size N (above)
+ *   spent NAME N PREP CALLS OTHER seconds of the point: making matrices,
+ *                                 the accepted calls, the rest (canary,
+ *                                 repeats, workspace query)
  */
 #define _GNU_SOURCE
 #include <stdint.h>
@@ -151,21 +169,44 @@ static double canary(void *arg)
 
 /* ---- One point ---------------------------------------------------------- */
 
-/* The matrices of one call: A refilled (LAPACK overwrites it). */
-static void prepare(struct point *pt)
+/* The matrices of one point, made once: A into a0 (copied into a before
+ * each call: LAPACK overwrites it), B for gemm and gesv. */
+static void make(struct point *pt)
 {
 	enum kind k = pt->w->kind;
 	int herm = k == K_POTRF || k == K_SYEVD || k == K_HEEVD;
+	double t = mono();
 
-	fill(pt->a, pt->p, pt->n, herm, pt->singular);
+	fill(pt->a0 ? pt->a0 : pt->a, pt->p, pt->n, herm, pt->singular);
 	if (k == K_GEMM || k == K_GESV)
 		fill(pt->b, pt->p, pt->n, 0, 0);
+	pt->prep_s += mono() - t;
+}
+
+/* The matrices of one call: A as made (LAPACK overwrote it); gesv's B
+ * too. Thorough: made again, as before. */
+static void prepare(struct point *pt)
+{
+	double t;
+
+	if (!pt->a0) {          /* gemm: its operands stay as made */
+		if (pt->thorough)
+			make(pt);
+		return;
+	}
+	if (pt->thorough)
+		make(pt);
+	t = mono();
+	memcpy(pt->a, pt->a0, (size_t)pt->n * pt->n * esize(pt->p));
+	if (pt->w->kind == K_GESV && !pt->thorough)
+		fill(pt->b, pt->p, pt->n, 0, 0);
+	pt->prep_s += mono() - t;
 }
 
 static void measure(void *arg, int attempt)
 {
 	struct point *pt = arg;
-	double start = mono();
+	double start = mono(), prev = 0;
 
 	pt->ncall = 0;
 	pt->fastest = 0;
@@ -184,6 +225,11 @@ static void measure(void *arg, int attempt)
 		/* a point of long calls: two are enough for its quartile */
 		if (r >= 1 && mono() - start > 2 * pt->cap)
 			break;
+		/* two calls that agree: more would not move the quartile */
+		if (!pt->thorough && r >= 1 && t >= 0.02 &&
+		    t < prev * 1.03 && prev < t * 1.03)
+			break;
+		prev = t;
 	}
 	if (attempt == 0 && pt->slow_hook)
 		slow_next = 1;
@@ -245,13 +291,14 @@ static long arg(const char *s, long def)
 }
 
 /* Buffers for one size, the largest any curve needs. */
-struct bufs { void *a, *b, *c, *piv, *w, *iwork, *rwork; };
+struct bufs { void *a, *a0, *b, *c, *piv, *w, *iwork, *rwork; };
 
 static int alloc(struct bufs *b, int n)
 {
 	size_t nn = (size_t)n * n;
 
 	b->a = malloc(nn * 16);
+	b->a0 = malloc(nn * 16);
 	b->b = malloc(nn * 16);
 	b->c = malloc(nn * 16);
 	b->piv = malloc((size_t)n * 8 + 8);
@@ -260,13 +307,14 @@ static int alloc(struct bufs *b, int n)
 	 * 5 n^2 + 7 n reals at most */
 	b->iwork = malloc((size_t)n * 64 + 64);
 	b->rwork = malloc((nn * 5 + (size_t)n * 7 + 8) * 8);
-	return b->a && b->b && b->c && b->piv && b->w && b->iwork &&
+	return b->a && b->a0 && b->b && b->c && b->piv && b->w && b->iwork &&
 	       b->rwork ? 0 : -1;
 }
 
 static void release(struct bufs *b)
 {
 	free(b->a);
+	free(b->a0);
 	free(b->b);
 	free(b->c);
 	free(b->piv);
@@ -288,6 +336,10 @@ int main(int argc, char **argv)
 	FILE *log = lp && *lp ? fopen(lp, "w") : stdout;
 	int done[NCURVES] = { 0 };
 	double last[NCURVES] = { 0 }; /* the curve's last point, seconds */
+	/* the curve's fastest call at its last two sizes (n/2, then n) */
+	double fast[NCURVES][2] = { { 0 } };
+	int thorough = getenv("GPO_CALIB_THOROUGH") &&
+		       strcmp(getenv("GPO_CALIB_THOROUGH"), "1") == 0;
 	double start = mono(), quiet;
 	struct bufs bf;
 
@@ -349,6 +401,18 @@ int main(int argc, char **argv)
 					done[curve] = 1;
 					continue;
 				}
+				/* Smooth: the next point's calls past the cap,
+				 * and its speed (work n^3 / call) grew by less
+				 * than 10% over the last doubling. Not in the
+				 * GPU pass (a plan): it measures what the CPU
+				 * pass did. */
+				if (!thorough && lim < 0 && fast[curve][0] > 0 &&
+				    8 * fast[curve][1] > cap &&
+				    8 * fast[curve][0] / fast[curve][1] < 1.1) {
+					fprintf(log, "smooth %s %ld\n", cname, n);
+					done[curve] = 1;
+					continue;
+				}
 				last[curve] = mono();
 				any = 1;
 				if (!bf.a && alloc(&bf, (int)n)) {
@@ -362,6 +426,8 @@ int main(int argc, char **argv)
 				pt.reps = reps;
 				pt.cap = cap;
 				pt.a = bf.a, pt.b = bf.b, pt.c = bf.c;
+				pt.a0 = pt.w->kind == K_GEMM ? NULL : bf.a0;
+				pt.thorough = thorough;
 				pt.piv = bf.piv, pt.w_ = bf.w;
 				pt.iwork = bf.iwork, pt.rwork = bf.rwork;
 				snprintf(pt.name, sizeof pt.name, "%s%s%s", calib_prefix,
@@ -376,6 +442,7 @@ int main(int argc, char **argv)
 				pt.slow_hook = hook("GPO_CALIB_TEST_SLOW", cname, (int)n);
 				pt.lwork = 1;
 				/* The workspace query, outside the measured calls. */
+				make(&pt);
 				if (pt.w->kind >= K_SYEVD) {
 					prepare(&pt);
 					info = calib_call(&pt, 1, &qw, &qi, &qr);
@@ -400,11 +467,21 @@ int main(int argc, char **argv)
 				free(pt.work);
 				fprintf(log, "point %s %ld attempts %d clean %d unsettled %d\n",
 					cname, n, res.attempts, res.clean, res.unsettled);
-				for (int i = 0; i < pt.ncall; i++)
-					fprintf(log, "call %lld %lld %lld\n",
-						(long long)pt.t0[i], (long long)pt.t1[i],
-						(long long)pt.info[i]);
+				{
+					double calls = 0;
+					for (int i = 0; i < pt.ncall; i++) {
+						fprintf(log, "call %lld %lld %lld\n",
+							(long long)pt.t0[i], (long long)pt.t1[i],
+							(long long)pt.info[i]);
+						calls += (pt.t1[i] - pt.t0[i]) / 1e9;
+					}
+					fprintf(log, "spent %s %ld %.6f %.6f %.6f\n", cname, n,
+						pt.prep_s, calls,
+						last[curve] - pt.prep_s - calls);
+				}
 				fflush(log);
+				fast[curve][0] = fast[curve][1];
+				fast[curve][1] = pt.fastest;
 				if (pt.fastest > cap)
 					done[curve] = 1;
 			}

@@ -35,6 +35,11 @@ struct gpo_clog {
 	struct gpo_cpoint_log *pts;
 	struct gpo_cwin *win;
 	char missing[512];     /* functions the library lacks, blank-separated */
+	char smooth[512];      /* "NAME N, ...": curves stopped where smooth */
+	/* where the pass's time went ("spent" lines): making matrices, the
+	 * accepted calls, the rest; and its costliest point */
+	double prep_s, calls_s, other_s, worst_s;
+	char worst[32];
 };
 
 /* Why calls of a pass were not used. */
@@ -62,6 +67,17 @@ void gpo_cfit_free(struct gpo_cfit *f);
  */
 int gpo_cfit_read(struct gpo_cfit *f, const char *dir, int device,
 		  struct gpo_clog *l, struct gpo_cstats *st);
+/*
+ * The fit's accuracy, as the model uses it: each point of each curve
+ * predicted from its neighbours alone (log-log interpolation, held flat
+ * past the ends, as src/offload/model.c does), against its measured
+ * time: the median, 90th percentile and worst |predicted/measured - 1|
+ * over the points, the worst one named in `worst`. What a coarser grid
+ * would cost, and how smooth the curves are. Call after
+ * gpo_cfit_profile (the points sorted). Returns the points compared.
+ */
+int gpo_cfit_error(const struct gpo_cfit *f, double *median, double *p90,
+		   double *max, char *worst, size_t len);
 /* Append the fit's speed curves (device 'c' or 'g') to `p`; for the GPU,
  * also its copy lines and start-up. 0 or -ENOMEM. */
 int gpo_cfit_profile(struct gpo_cfit *f, char dev, struct gpo_profile *p);

@@ -39,8 +39,6 @@
 #include "policy.h"
 #include "profile.h"
 
-#define GPO__USAGE "usage: " GPO_PROG " calibrate [--output PATH] [--backend PATH] [--cpu-library PATH[:PATH]|numpy|system] [--max-size N] [--reps N] [--budget SECONDS] [--ops LIST]\n"
-
 static double gpo__now(void)
 {
 	struct timespec ts;
@@ -106,6 +104,7 @@ struct gpo__opts {
 	const char *lib, *calib, *backend, *cpulibs, *ops;
 	long max, reps;
 	double cap, budget;
+	int thorough;
 };
 
 /* One pass: the workload under the library, forced to `force`, traced
@@ -232,8 +231,26 @@ static int gpo__report(const char *pass, const struct gpo_clog *l,
 			pass, l->budget);
 	if (l->missing[0])
 		fprintf(stderr, GPO_PROG ": the CPU library lacks %s\n", l->missing);
+	/* Where the pass's time went: what a faster calibration must cut. */
+	fprintf(stderr, GPO_PROG ": %s pass: %.1f s in the measured calls, %.1f s making matrices, %.1f s in canaries, repeats and queries; the costliest point %s (%.1f s)\n",
+		pass, l->calls_s, l->prep_s, l->other_s,
+		l->worst[0] ? l->worst : "-", l->worst_s);
+	if (l->smooth[0])
+		fprintf(stderr, GPO_PROG ": %s pass: curves smooth enough to stop before these sizes: %s\n",
+			pass, l->smooth);
 	*rep += repeated;
 	return 0;
+}
+
+/* The fit's predicted-vs-measured error (gpo_cfit_error), one line. */
+static void gpo__error(const char *pass, const struct gpo_cfit *f)
+{
+	double med, p90, max;
+	char worst[64];
+	int n = gpo_cfit_error(f, &med, &p90, &max, worst, sizeof worst);
+
+	fprintf(stderr, GPO_PROG ": %s fit, predicted vs measured (each point from its neighbours, as the model interpolates): median %.1f%%, 90th percentile %.1f%%, worst %.1f%% (%s), %d points\n",
+		pass, med * 100, p90 * 100, max * 100, worst[0] ? worst : "-", n);
 }
 
 static int gpo__options(int argc, char **argv, struct gpo__opts *o,
@@ -242,7 +259,13 @@ static int gpo__options(int argc, char **argv, struct gpo__opts *o,
 	for (int i = 1; i < argc; i++) {
 		const char *v;
 		uint64_t x;
-		if ((v = gpo_cli_opt(argc, argv, &i, "--output")))
+		if (gpo_cli_is_help(argv[i])) {
+			gpo_cli_usage("calibrate", stdout);
+			return -1;
+		}
+		if (strcmp(argv[i], "--thorough") == 0)
+			o->thorough = 1;
+		else if ((v = gpo_cli_opt(argc, argv, &i, "--output")))
 			*output = v;
 		else if ((v = gpo_cli_opt(argc, argv, &i, "--backend")))
 			*be = v;
@@ -269,8 +292,7 @@ static int gpo__options(int argc, char **argv, struct gpo__opts *o,
 			}
 			o->budget = (double)x;
 		} else {
-			fprintf(stderr, GPO__USAGE);
-			return 2;
+			return gpo_cli_unknown("calibrate", argv[i]);
 		}
 	}
 	return 0;
@@ -310,7 +332,7 @@ int gpo_cmd_calibrate(int argc, char **argv)
 	char lib[PATH_MAX], calib[PATH_MAX], backend[PATH_MAX], out[PATH_MAX];
 	char tmp[] = "/tmp/gpu-offload-calib.XXXXXX", dc[PATH_MAX], dg[PATH_MAX];
 	char npy[PATH_MAX], log[PATH_MAX + 8];
-	struct gpo__opts o = { NULL, NULL, NULL, NULL, NULL, 8192, 4, 0, 300 };
+	struct gpo__opts o = { NULL, NULL, NULL, NULL, NULL, 8192, 4, 0, 300, 0 };
 	const char *output = NULL, *be = NULL;
 	struct gpo_clog lc, lg;
 	struct gpo_cstats sc, sg;
@@ -327,8 +349,11 @@ int gpo_cmd_calibrate(int argc, char **argv)
 	memset(&p, 0, sizeof p);
 	if (!fc || !fg)
 		goto early;
-	if ((rc = gpo__options(argc, argv, &o, &output, &be)) != 0)
+	if ((rc = gpo__options(argc, argv, &o, &output, &be)) != 0) {
+		if (rc < 0)     /* --help */
+			rc = 0;
 		goto early;
+	}
 	rc = 1;
 	/* A call above this stops its curve growing: the biggest sizes of
 	 * the slow operations would take the budget alone. */
@@ -347,6 +372,7 @@ int gpo_cmd_calibrate(int argc, char **argv)
 	}
 	if (access(backend, R_OK) != 0) {
 		fprintf(stderr, GPO_PROG ": no GPU backend at %s (--backend PATH names one)\n", backend);
+		rc = be ? 2 : 1;
 		goto early;
 	}
 	if (!o.cpulibs || strcmp(o.cpulibs, "numpy") == 0) {
@@ -380,8 +406,14 @@ int gpo_cmd_calibrate(int argc, char **argv)
 	}
 	snprintf(dc, sizeof dc, "%s/cpu", tmp);
 	snprintf(dg, sizeof dg, "%s/gpu", tmp);
-	fprintf(stderr, GPO_PROG ": calibrating %s against %s (sizes 64 to %ld, %ld repetitions, budget %.0f s)\n",
-		o.cpulibs, backend, o.max, o.reps, o.budget);
+	fprintf(stderr, GPO_PROG ": calibrating %s against %s (sizes 64 to %ld, %ld repetitions, budget %.0f s%s)\n",
+		o.cpulibs, backend, o.max, o.reps, o.budget,
+		o.thorough ? ", thorough: every point, every repetition" : "");
+	/* The workload's own switch (calib-workload.c), for both passes. */
+	if (o.thorough)
+		setenv("GPO_CALIB_THOROUGH", "1", 1);
+	else
+		unsetenv("GPO_CALIB_THOROUGH");
 	t0 = gpo__now();
 	/* The CPU pass gets most of the budget: the CPU is the slow side
 	 * (on the H200, with pageable copies, the GPU pass of the same
@@ -432,6 +464,10 @@ int gpo_cmd_calibrate(int argc, char **argv)
 	if (gpo_cfit_profile(fc, 'c', &p) || gpo_cfit_profile(fg, 'g', &p) ||
 	    gpo__write(&p, out))
 		goto out;
+	gpo__error("CPU", fc);
+	gpo__error("GPU", fg);
+	fprintf(stderr, GPO_PROG ": calibration took %.0f s (CPU pass %.0f s, GPU pass %.0f s)%s\n",
+		t2 - t0, t1 - t0, t2 - t1, o.thorough ? ", thorough" : "");
 	fprintf(stderr, GPO_PROG ": the profile is %s\n", out);
 	printf("%s\n", out);
 	rc = 0;

@@ -18,9 +18,14 @@ int gpo_cmd_profile(int argc, char **argv)
 	size_t n;
 	int rc;
 
-	(void)argv;
+	if (argc > 1 && gpo_cli_is_help(argv[1])) {
+		gpo_cli_usage("profile", stdout);
+		return 0;
+	}
 	if (argc > 1) {
-		fprintf(stderr, "usage: " GPO_PROG " profile\n");
+		if (argv[1][0] == '-')
+			return gpo_cli_unknown("profile", argv[1]);
+		gpo_cli_usage("profile", stderr);
 		return 2;
 	}
 	if (gpo_profile_path(path, sizeof path) != 0) {

@@ -213,15 +213,21 @@ int gpo_cmd_report(int argc, char **argv)
 	double avoid_b = 0, avoid_s = 0;
 	uint64_t avoid_n = 0;
 
+	if (argc == 2 && gpo_cli_is_help(argv[1])) {
+		gpo_cli_usage("report", stdout);
+		return 0;
+	}
+	if (argc == 2 && argv[1][0] == '-')
+		return gpo_cli_unknown("report", argv[1]);
 	if (argc != 2) {
-		fprintf(stderr, "usage: " GPO_PROG " report DIR\n");
+		gpo_cli_usage("report", stderr);
 		return 2;
 	}
 	d = opendir(argv[1]);
 	if (!d) {
-		fprintf(stderr, GPO_PROG ": cannot open %s: %s\n", argv[1],
-			strerror(errno));
-		return 1;
+		fprintf(stderr, GPO_PROG ": report: cannot open the trace directory %s: %s\n",
+			argv[1], strerror(errno));
+		return 2;
 	}
 	while ((e = readdir(d))) {
 		size_t n = strlen(e->d_name);

@@ -35,10 +35,15 @@ static int gpo__preload(const char *lib)
 int gpo_cmd_run(int argc, char **argv)
 {
 	char lib[PATH_MAX], dir[PATH_MAX];
+	const char *be;
 	int i;
 
 	for (i = 1; i < argc; i++) {
 		const char *v;
+		if (gpo_cli_is_help(argv[i])) {
+			gpo_cli_usage("run", stdout);
+			return 0;
+		}
 		if (strcmp(argv[i], "--") == 0) {
 			i++;
 			break;
@@ -63,6 +68,11 @@ int gpo_cmd_run(int argc, char **argv)
 		} else if ((v = gpo_cli_opt(argc, argv, &i, "--profile"))) {
 			if (gpo_cli_abs(v, dir, sizeof dir) != 0)
 				return 2;
+			if (access(dir, R_OK) != 0) {
+				fprintf(stderr, GPO_PROG ": --profile %s: %s\n", v,
+					strerror(errno));
+				return 2;
+			}
 			setenv("GPU_OFFLOAD_PROFILE", dir, 1);
 		} else if (strcmp(argv[i], "--verify") == 0) {
 			setenv("GPU_OFFLOAD_VERIFY", "1", 1);
@@ -78,16 +88,24 @@ int gpo_cmd_run(int argc, char **argv)
 		} else if (strcmp(argv[i], "--summary") == 0) {
 			setenv("GPU_OFFLOAD_SUMMARY", "1", 1);
 		} else if (argv[i][0] == '-') {
-			fprintf(stderr, GPO_PROG ": run: unknown option %s\n", argv[i]);
-			return 2;
+			return gpo_cli_unknown("run", argv[i]);
 		} else {
 			break;
 		}
 	}
 	if (i >= argc) {
-		fprintf(stderr, "usage: " GPO_PROG " run [--level N] [--verify] [--trace DIR] [--measure] [--backend PATH] [--profile PATH] [--summary] -- CMD...\n");
+		fprintf(stderr, GPO_PROG ": run: no command given\n");
+		gpo_cli_usage("run", stderr);
 		return 2;
 	}
+	/* What would fail inside the program, where a warning is easily
+	 * missed, fails here, naming the path, before the program starts. */
+	be = getenv("GPU_OFFLOAD_BACKEND");
+	if (be && *be && gpo_cli_backend_ok("--backend", be) != 0)
+		return 2;
+	if (getenv("GPU_OFFLOAD_TRACE") && *getenv("GPU_OFFLOAD_TRACE") &&
+	    gpo_cli_trace_ok(getenv("GPU_OFFLOAD_TRACE")) != 0)
+		return 2;
 	if (gpo_cli_beside("GPU_OFFLOAD_LIBRARY", "libgpuoffload.so", lib,
 			   sizeof lib) != 0)
 		return 127;
