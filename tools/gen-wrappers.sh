@@ -100,7 +100,7 @@ END {
         printf "\t\".globl %s\\n.type %s, @function\\n.p2align 4\\n%s:\\n\"\n", nm, nm, nm
         print "\t\"\t.cfi_startproc\\n\t.byte 0xf3, 0x0f, 0x1e, 0xfa\\n\""
         if (c == "work") {
-            print "\t\"\tcmpl $0, gmp_go(%rip)\\n\tje 1f\\n\""
+            print "\t\"\tlock incq gmp_act_calls(%rip)\\n\tcmpl $0, gmp_go(%rip)\\n\tje 1f\\n\""
             printf "\t\"\tmovq gmp_wrap_plt+%d(%%rip), %%r11\\n\ttestq %%r11, %%r11\\n\tjz 1f\\n\tjmpq *%%r11\\n\"\n", off
             printf "\t\"1:\tmovl $%d, %%r11d\\n\tjmp gmp_wrap_slow_plt\\n\"\n", i
         } else {
@@ -112,7 +112,7 @@ END {
         printf "\t\".globl %s\\n.hidden %s\\n.type %s, @function\\n.p2align 4\\n%s:\\n\"\n", h, h, h, h
         print "\t\"\t.cfi_startproc\\n\t.byte 0xf3, 0x0f, 0x1e, 0xfa\\n\""
         if (c == "work") {
-            print "\t\"\tcmpl $0, gmp_go(%rip)\\n\tje 1f\\n\""
+            print "\t\"\tlock incq gmp_act_calls(%rip)\\n\tcmpl $0, gmp_go(%rip)\\n\tje 1f\\n\""
             printf "\t\"\tjmpq *gmp_wrap_real+%d(%%rip)\\n\"\n", off
             printf "\t\"1:\tmovl $%d, %%r11d\\n\tjmp gmp_wrap_slow_h\\n\"\n", i
         } else {
@@ -124,7 +124,7 @@ END {
         s = "gmp_s_" k
         printf "\t\".globl %s\\n.hidden %s\\n.type %s, @function\\n.p2align 4\\n%s:\\n\"\n", s, s, s, s
         print "\t\"\t.cfi_startproc\\n\t.byte 0xf3, 0x0f, 0x1e, 0xfa\\n\""
-        print "\t\"\tcmpl $0, gmp_go(%rip)\\n\tje 1f\\n\""
+        print "\t\"\tlock incq gmp_act_calls(%rip)\\n\tcmpl $0, gmp_go(%rip)\\n\tje 1f\\n\""
         print "\t\"\tcmpb $0, gmp_doubt(%rip)\\n\tjne 2f\\n\tmovb $1, gmp_doubt(%rip)\\n\""
         printf "\t\"2:\tjmpq *gmp_spare_real+%d(%%rip)\\n\"\n", 8 * k
         printf "\t\"1:\tmovl $%d, %%r11d\\n\tjmp gmp_wrap_slow_spare\\n\"\n", k

@@ -11,6 +11,10 @@
  *       -> HELD  (lease held: taken in cuInit for a pool, or later)
  *       -> SHUT  (fail closed; gate_code is returned from every cuInit and
  *                 every wrapped driver call).
+ *       -> SUSP  (checkpointed through the driver and lease let go after
+ *                 GPUMUTEX_IDLE_SUSPEND_MS idle while another job waited:
+ *                 suspend.c; the next wrapped call queues, restores,
+ *                 and goes back to HELD)
  *   DEFER -> HELD at the first device call; HELD -> DEFER when the
  *   process gives its lease back (no context for GPUMUTEX_GIVE_BACK_MS).
  * OPEN and SHUT are final. gmp_go (wrap.h) is 1 exactly in OPEN and HELD:
@@ -45,8 +49,10 @@
 #include "pyenv.h"
 #include "gatepriv.h"
 #include "wrap.h"
+#include "suspend.h"
+#include "activity.h"
 
-enum { ST_NEW, ST_BUSY, ST_OPEN, ST_SHUT, ST_DEFER, ST_HELD };
+enum { ST_NEW, ST_BUSY, ST_OPEN, ST_SHUT, ST_DEFER, ST_HELD, ST_SUSP };
 
 static pthread_mutex_t gate_lock = PTHREAD_MUTEX_INITIALIZER;
 static int gate_state;
@@ -161,6 +167,7 @@ static void atfork_child(void)
 
 	memcpy(&gate_lock, &fresh, sizeof fresh);
 	gmp_wrap_atfork_child();
+	gmp_susp_atfork_child();
 	/* An inherited lease is kept until the child exits: the child has
 	 * no helper thread, and it shares the parent's descriptions. */
 	gate_own = 0;
@@ -172,6 +179,10 @@ static void atfork_child(void)
 		 * NEW. */
 		gm_lease_forget_inflight();
 		state_set(ST_NEW);
+	} else if (st == ST_SUSP) {
+		/* The parent's GPU state is checkpointed and its lease gone:
+		 * the child's own next device call queues afresh. */
+		state_set(ST_DEFER);
 	} else if (st == ST_DEFER) {
 		/* Forked while another thread was taking the lease at its
 		 * first device call (that happens in DEFER, under gate_lock):
@@ -219,6 +230,7 @@ static int take(const char *call)
 
 	ctx.cfg = &gate_cfg;
 	ctx.call = call;
+	ctx.suspended_ms = gmp_susp_suspended_ms();
 	memset(&hooks, 0, sizeof hooks);
 	hooks.on_wait = gmp_on_wait;
 	hooks.arg = &ctx;
@@ -292,6 +304,9 @@ static int gate_run(int *py, int *next)
 		}
 		gate_give_back_ms = (unsigned)v;
 	}
+	if (gmp_susp_configure(conf_info.idle_suspend_file_ms,
+			       conf_info.enforce))
+		return GMP_CUDA_ERROR_INVALID_VALUE;
 	/* A launcher's placeholder (a pool's count for device queries) is
 	 * no narrowing: the process queues for the whole pool. */
 	cvd = gmp_user_cvd();
@@ -367,6 +382,7 @@ static int gate_run(int *py, int *next)
 		cfg->ndevices = n;
 		*next = ST_HELD;
 		gmp_wrap_giveback_arm(gate_give_back_ms);
+		gmp_susp_arm(cfg, &gate_lease);
 	}
 	/* PCI_BUS_ID: CUDA's default order (fastest first) can differ
 	 * between machines' GPUs, and an index must mean the same GPU in
@@ -468,6 +484,66 @@ int gmp_gate_code(void)
 	return gate_code ? gate_code : GMP_CUDA_ERROR_NO_DEVICE;
 }
 
+/* ---- Idle suspension (suspend.c) ---------------------------------------------- */
+
+/* resume's "fail this call only" (not a CUresult). */
+#define GMP_RESUME_RETRY (-2)
+static int64_t resume_t0;
+
+/*
+ * The first wrapped call after a suspension, under gate_lock: queue for
+ * the same GPUs as a new claim (a fresh ticket: behind whoever queued
+ * meanwhile, first come first served, so neither side starves), then
+ * restore and unlock. 0, GMP_RESUME_RETRY, or a sticky CUDA error when
+ * the driver would not restore.
+ */
+static int resume(const char *call)
+{
+	resume_t0 = gmp_mono_ms();
+	if (take(call))
+		return GMP_RESUME_RETRY;
+	if (gmp_susp_restore()) {
+		gm_lease_release(&gate_lease);
+		gate_own = 0;
+		return GMP_CUDA_ERROR_NO_DEVICE;
+	}
+	return 0;
+}
+
+int gmp_gate_holds(void)
+{
+	return __atomic_load_n(&gate_state, __ATOMIC_ACQUIRE) == ST_HELD &&
+	       gate_own;
+}
+
+int gmp_gate_suspend(long seen, const char **why)
+{
+	int rc = -1;
+
+	pthread_mutex_lock(&gate_lock);
+	if (__atomic_load_n(&gate_state, __ATOMIC_ACQUIRE) == ST_HELD &&
+	    gate_own) {
+		/* From here no call goes straight to the driver: each takes
+		 * the slow path, which waits for gate_lock. */
+		go_set(0);
+		gate_in = 1;
+		rc = gmp_susp_checkpoint(seen, why);
+		if (rc == 0) {
+			/* Checkpointed: nothing of ours is on the GPUs. The
+			 * lease ends when its last member lets go. */
+			gm_lease_release(&gate_lease);
+			gate_own = 0;
+			state_set(ST_SUSP);
+			gmp_susp_done(&gate_lease);
+		} else {
+			go_set(1);
+		}
+		gate_in = 0;
+	}
+	pthread_mutex_unlock(&gate_lock);
+	return rc;
+}
+
 int gmp_gate_work(const char *call)
 {
 	return gmp_gate_work_counted(call, NULL);
@@ -495,11 +571,17 @@ int gmp_gate_work_counted(const char *call, int *inflight)
 		}
 	}
 	pthread_mutex_lock(&gate_lock);
-	if (__atomic_load_n(&gate_state, __ATOMIC_ACQUIRE) == ST_DEFER) {
+	st = __atomic_load_n(&gate_state, __ATOMIC_ACQUIRE);
+	if (st == ST_DEFER || st == ST_SUSP) {
 		gate_in = 1;
-		code = take(call);
+		code = st == ST_SUSP ? resume(call) : take(call);
 		gate_in = 0;
-		if (code) {
+		if (code == GMP_RESUME_RETRY) {
+			/* A resume that timed out (GPUMUTEX_TIMEOUT) or could
+			 * not queue: this call fails, the next one tries
+			 * again; the state stays checkpointed. */
+			code = GMP_CUDA_ERROR_NO_DEVICE;
+		} else if (code) {
 			gate_code = code;
 			state_set(ST_SHUT);
 		} else {
@@ -512,6 +594,10 @@ int gmp_gate_work_counted(const char *call, int *inflight)
 				__atomic_add_fetch(inflight, 1,
 						   __ATOMIC_SEQ_CST);
 			gmp_wrap_giveback_arm(gate_give_back_ms);
+			gmp_susp_arm(&gate_cfg, &gate_lease);
+			if (st == ST_SUSP)
+				gmp_susp_resumed(&gate_lease,
+						 gmp_mono_ms() - resume_t0);
 			code = inflight ? GMP_GATE_COUNTED : 0;
 		}
 	} else if (__atomic_load_n(&gate_state, __ATOMIC_ACQUIRE) == ST_SHUT) {

@@ -125,7 +125,15 @@ void gmp_on_wait(void *arg, const struct gm_wait_info *w)
 	}
 	if (!holders)
 		append(line, len, &off, "; GPUs %s are busy", wb.list);
-	if (((struct wait_ctx *)arg)->call)
+	if (((struct wait_ctx *)arg)->suspended_ms >= 0) {
+		duration_format(wb.dur, sizeof wb.dur,
+				((struct wait_ctx *)arg)->suspended_ms *
+				(int64_t)1000000);
+		append(line, len, &off,
+		       "; it was suspended while idle (GPUMUTEX_IDLE_SUSPEND_MS) %s ago and waits at its next GPU call (%s) for its own GPUs, to restore its GPU memory there",
+		       wb.dur, ((struct wait_ctx *)arg)->call ?
+		       ((struct wait_ctx *)arg)->call : "cuInit");
+	} else if (((struct wait_ctx *)arg)->call)
 		append(line, len, &off, "; it waits at its first GPU call (%s)",
 		       ((struct wait_ctx *)arg)->call);
 	else

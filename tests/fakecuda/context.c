@@ -41,6 +41,19 @@ static _Thread_local int fc_depth;
 
 /* ------------------------------------------------------------- contexts */
 
+int fc_live_contexts(void)
+{
+    const struct fc_ctx *c;
+    int n = 0, i;
+    pthread_mutex_lock(&fc_lock);
+    for (i = 0; i < FC_MAX_DEV; i++)
+        n += fc_primary_refs[i] > 0;
+    for (c = fc_ctx_list; c; c = c->next)
+        n += c->live;
+    pthread_mutex_unlock(&fc_lock);
+    return n;
+}
+
 void fc_primary_setup(void)
 {
     int i;
@@ -92,6 +105,7 @@ static CUresult fc_ctx_create(CUcontext *pctx, unsigned int flags, CUdevice dev)
 {
     struct fc_ctx *c;
     FC_NEED_INIT();
+    FC_WORK();
     if (!pctx)
         return FC_ERROR_INVALID_VALUE;
     FC_NEED_DEV(dev);
@@ -143,6 +157,7 @@ CUresult cuCtxDestroy_v2(CUcontext ctx)
     struct fc_ctx **pp;
     int i;
     FC_NEED_INIT();
+    FC_WORK();
     if (!ctx)
         return FC_ERROR_INVALID_VALUE;
     pthread_mutex_lock(&fc_lock);
@@ -204,6 +219,7 @@ CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev)
 {
     CUresult rc = FC_SUCCESS;
     FC_NEED_INIT();
+    FC_WORK();
     FC_NEED_DEV(dev);
     pthread_mutex_lock(&fc_lock);
     if (fc_primary_refs[dev] == 0)
@@ -224,6 +240,7 @@ CUresult cuDevicePrimaryCtxRelease(CUdevice dev)
 CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev)
 {
     FC_NEED_INIT();
+    FC_WORK();
     FC_NEED_DEV(dev);
     pthread_mutex_lock(&fc_lock);
     if (fc_primary_refs[dev] > 0)
@@ -353,6 +370,7 @@ CUresult cuCtxSynchronize_v2(CUcontext ctx)
 {
     CUresult rc = FC_SUCCESS;
     FC_NEED_INIT();
+    FC_WORK();
     pthread_mutex_lock(&fc_lock);
     if (!ctx)
         ctx = fc_cur_live();
@@ -377,6 +395,7 @@ CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytes)
     struct fc_alloc *a;
     CUresult rc = FC_SUCCESS;
     FC_NEED_INIT();
+    FC_WORK();
     if (!dptr)
         return FC_ERROR_INVALID_VALUE;
     pthread_mutex_lock(&fc_lock);
@@ -412,6 +431,7 @@ CUresult cuMemFree_v2(CUdeviceptr dptr)
     struct fc_alloc **pp, *a;
     CUresult rc = FC_ERROR_INVALID_VALUE;
     FC_NEED_INIT();
+    FC_WORK();
     if (dptr == 0)
         return FC_SUCCESS;
     pthread_mutex_lock(&fc_lock);
@@ -434,6 +454,7 @@ CUresult cuMemGetInfo_v2(size_t *free_bytes, size_t *total_bytes)
     struct fc_ctx *c;
     CUresult rc = FC_SUCCESS;
     FC_NEED_INIT();
+    FC_WORK();
     if (!free_bytes || !total_bytes)
         return FC_ERROR_INVALID_VALUE;
     pthread_mutex_lock(&fc_lock);
@@ -461,6 +482,7 @@ CUresult cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz,
     (void)f; (void)gx; (void)gy; (void)gz; (void)bx; (void)by; (void)bz;
     (void)shmem; (void)stream; (void)params; (void)extra;
     FC_NEED_INIT();
+    FC_WORK();
     pthread_mutex_lock(&fc_lock);
     c = fc_cur_live();
     if (!c)

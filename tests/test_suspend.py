@@ -1,0 +1,120 @@
+"""Idle holders suspended through the driver's checkpoint API (fake driver):
+docs/preload.md, "Idle suspension"."""
+import os
+import subprocess
+import sys
+
+import pytest
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "lib"))
+import journal  # noqa: E402
+from preloadlib import LIB, TIMEOUT, built, env  # noqa: E402,F401
+
+HOLDER = os.path.join(os.path.dirname(__file__), "preload", "idleholder.py")
+
+
+def start(e, *args, job):
+    x = dict(e, LD_PRELOAD=str(LIB), GPUMUTEX_JOB=job,
+             GPUMUTEX_VISIBLE_DEVICES="0")
+    return subprocess.Popen([sys.executable, HOLDER, *args], env=x,
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+
+def ready(p):
+    assert p.stdout.readline().strip() == "ready", p.stderr.read()
+
+
+def events(e):
+    return journal.parse(e["FAKECUDA_JOURNAL"])
+
+
+def test_idle_holder_yields_to_waiter_and_resumes(env):
+    e = dict(env, GPUMUTEX_IDLE_SUSPEND_MS="1")
+    holder = start(e, job="holder")
+    ready(holder)
+    # The waiter is served while the holder idles (it never calls again
+    # before the waiter is done: it waits on its stdin).
+    waiter = start(e, job="waiter")
+    out, err = waiter.communicate("go\nquit\n", timeout=TIMEOUT)
+    assert waiter.returncode == 0, err
+    assert "sync=0" in out
+    out, err = holder.communicate("go\nquit\n", timeout=TIMEOUT)
+    assert holder.returncode == 0, err
+    assert "sync=0" in out
+    ev = events(e)
+    journal.check_exclusive(ev)
+    hp = str(holder.pid)
+    kinds = [x["ev"] for x in ev if x["pid"] == hp]
+    assert "ckpt" in kinds and "restore" in kinds
+    # The holder's ticks after the resume come after its restore, and the
+    # waiter's between its checkpoint and restore.
+    ck = [x.t for x in ev if x["pid"] == hp and x["ev"] == "ckpt"][0]
+    rs = [x.t for x in ev if x["pid"] == hp and x["ev"] == "restore"][0]
+    wt = [x.t for x in ev if x["pid"] == str(waiter.pid) and x["ev"] == "tick"]
+    assert wt and all(ck < t < rs for t in wt)
+
+
+def test_no_waiter_no_suspension(env):
+    e = dict(env, GPUMUTEX_IDLE_SUSPEND_MS="1")
+    holder = start(e, job="alone")
+    ready(holder)
+    out, err = holder.communicate("go\nquit\n", timeout=TIMEOUT)
+    assert "sync=0" in out
+    assert not [x for x in events(e) if x["ev"] in ("ckpt", "restore")]
+
+
+def test_never_when_zero(env):
+    """GPUMUTEX_IDLE_SUSPEND_MS=0: the waiter waits for the holder's end."""
+    e = dict(env, GPUMUTEX_IDLE_SUSPEND_MS="0")
+    holder = start(e, job="h0")
+    ready(holder)
+    waiter = start(e, job="w0")
+    out, err = holder.communicate("go\nquit\n", timeout=TIMEOUT)
+    assert "sync=0" in out
+    out, err = waiter.communicate("go\nquit\n", timeout=TIMEOUT)
+    assert "sync=0" in out
+    ev = events(e)
+    journal.check_exclusive(ev)
+    assert not [x for x in ev if x["ev"] in ("ckpt", "restore")]
+
+
+@pytest.mark.parametrize("knob,why", [("FAKECUDA_CKPT=off", "nodriver"),
+                                      ("FAKECUDA_CKPT_FAIL=checkpoint",
+                                       "refused"),
+                                      ("FAKECUDA_CKPT_FAIL=lock", "busy")])
+def test_declined(env, knob, why):
+    """The driver lacks the API, or refuses a step: nothing is suspended,
+    a half-done checkpoint is undone (the holder's next call works), and
+    the waiter is served after the holder's end."""
+    k, v = knob.split("=")
+    e = dict(env, GPUMUTEX_IDLE_SUSPEND_MS="1", **{k: v})
+    holder = start(e, job="hd")
+    ready(holder)
+    waiter = start(e, job="wd")
+    # The holder publishes why it was not suspended (gpumutex status).
+    act = os.path.join(e["GPUMUTEX_LOCK_DIR"], "job")
+    seen = ""
+    while f"why={why}" not in seen:
+        seen = ""
+        for root, _, files in os.walk(act):
+            for f in files:
+                if f == f"act.{holder.pid}":
+                    with open(os.path.join(root, f)) as fh:
+                        seen = fh.read()
+    out, err = holder.communicate("go\nquit\n", timeout=TIMEOUT)
+    assert "sync=0" in out, err
+    out, err = waiter.communicate("go\nquit\n", timeout=TIMEOUT)
+    assert "sync=0" in out, err
+    ev = events(e)
+    journal.check_exclusive(ev)
+    assert not [x for x in ev if x["ev"] in ("ckpt", "restore")]
+
+
+@pytest.mark.parametrize("value", ["abc", "-1", "1e3", "", "86400001"])
+def test_bad_setting_fails_closed(env, value):
+    e = dict(env, GPUMUTEX_IDLE_SUSPEND_MS=value)
+    p = start(e, job="bad")
+    out, err = p.communicate("", timeout=TIMEOUT)
+    assert p.returncode != 0
+    assert "GPUMUTEX_IDLE_SUSPEND_MS" in err
