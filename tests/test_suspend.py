@@ -25,6 +25,23 @@ def ready(p):
     assert p.stdout.readline().strip() == "ready", p.stderr.read()
 
 
+def status(e):
+    import json
+    from preloadlib import B
+    r = subprocess.run([str(B / "gpumutex"), "status", "--json", "--lock-dir",
+                        e["GPUMUTEX_LOCK_DIR"]], capture_output=True,
+                       text=True, timeout=TIMEOUT)
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout)
+
+
+def status_text(e):
+    from preloadlib import B
+    return subprocess.run([str(B / "gpumutex"), "status", "--lock-dir",
+                           e["GPUMUTEX_LOCK_DIR"]], capture_output=True,
+                          text=True, timeout=TIMEOUT).stdout
+
+
 def events(e):
     return journal.parse(e["FAKECUDA_JOURNAL"])
 
@@ -39,9 +56,22 @@ def test_idle_holder_yields_to_waiter_and_resumes(env):
     out, err = waiter.communicate("go\nquit\n", timeout=TIMEOUT)
     assert waiter.returncode == 0, err
     assert "sync=0" in out
+    # The holder is suspended now (its lease is gone): status lists it.
+    doc = status(e)
+    assert [s["pid"] for s in doc["suspended"]] == [holder.pid], doc
+    assert not doc["leases"]
+    assert f"pid {holder.pid}" in status_text(e)
     out, err = holder.communicate("go\nquit\n", timeout=TIMEOUT)
     assert holder.returncode == 0, err
     assert "sync=0" in out
+    # The event log records the suspension and the resume.
+    logs = ""
+    for root, _, files in os.walk(os.path.join(e["GPUMUTEX_LOCK_DIR"], "job")):
+        for f in files:
+            if f.startswith("events.log"):
+                with open(os.path.join(root, f)) as fh:
+                    logs += fh.read()
+    assert "gm1 suspend " in logs and "gm1 resume " in logs, logs
     ev = events(e)
     journal.check_exclusive(ev)
     hp = str(holder.pid)
@@ -102,6 +132,11 @@ def test_declined(env, knob, why):
                 if f == f"act.{holder.pid}":
                     with open(os.path.join(root, f)) as fh:
                         seen = fh.read()
+    doc = status(e)
+    lease = [x for x in doc["leases"] if x["job"] == "hd"][0]
+    assert lease["suspend_declined"] == why
+    assert lease["idle_s"] is not None and not doc["suspended"]
+    assert f"not suspended: {why}" in status_text(e)
     out, err = holder.communicate("go\nquit\n", timeout=TIMEOUT)
     assert "sync=0" in out, err
     out, err = waiter.communicate("go\nquit\n", timeout=TIMEOUT)
