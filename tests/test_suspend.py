@@ -153,3 +153,51 @@ def test_bad_setting_fails_closed(env, value):
     out, err = p.communicate("", timeout=TIMEOUT)
     assert p.returncode != 0
     assert "GPUMUTEX_IDLE_SUSPEND_MS" in err
+
+
+@pytest.mark.parametrize("how", ["flag", "env", "give_back"])
+def test_gpumutex_run_refuses_bad_values(env, tmp_path, how):
+    """A malformed millisecond setting is gpumutex-run's error (exit 2),
+    before the command runs (GPUMUTEX_GIVE_BACK_MS=abc used to run it)."""
+    from preloadlib import B
+    marker = tmp_path / "ran"
+    e = dict(env)
+    args = [str(B / "gpumutex-run")]
+    if how == "flag":
+        args += ["--idle-suspend", "abc"]
+    elif how == "env":
+        e["GPUMUTEX_IDLE_SUSPEND_MS"] = "1e3"
+    else:
+        e["GPUMUTEX_GIVE_BACK_MS"] = "abc"
+    r = subprocess.run(args + ["--", "touch", str(marker)], env=e,
+                       capture_output=True, text=True, timeout=TIMEOUT)
+    assert r.returncode == 2, r.stderr
+    assert "not valid" in r.stderr
+    assert not marker.exists()
+
+
+def test_gpumutex_run_sets_idle_suspend(env):
+    from preloadlib import B
+    r = subprocess.run([str(B / "gpumutex-run"), "--idle-suspend", "250",
+                        "--", "sh", "-c", "echo $GPUMUTEX_IDLE_SUSPEND_MS"],
+                       env=env, capture_output=True, text=True,
+                       timeout=TIMEOUT)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "250"
+
+
+def test_python_idle_suspend_ms():
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..",
+                                    "python"))
+    import gpumutex
+    e = gpumutex.environ(visible_devices="0", env={}, idle_suspend_ms=0)
+    assert e["GPUMUTEX_IDLE_SUSPEND_MS"] == "0"
+    for bad in ("abc", -1, 86400001):
+        with pytest.raises(ValueError, match="idle_suspend_ms"):
+            gpumutex.environ(visible_devices="0", env={},
+                             idle_suspend_ms=bad)
+    with pytest.raises(TypeError):
+        gpumutex.environ(visible_devices="0", env={}, idle_suspend_ms=1.5)
+    with pytest.raises(ValueError, match="GPUMUTEX_GIVE_BACK_MS"):
+        gpumutex.environ(visible_devices="0",
+                         env={"GPUMUTEX_GIVE_BACK_MS": "abc"})
