@@ -201,3 +201,155 @@ def test_python_idle_suspend_ms():
     with pytest.raises(ValueError, match="GPUMUTEX_GIVE_BACK_MS"):
         gpumutex.environ(visible_devices="0",
                          env={"GPUMUTEX_GIVE_BACK_MS": "abc"})
+
+
+# ---- Kills and calls at every step ----------------------------------------
+
+def until_event(e, pred):
+    """Follow the fake driver's journal until an event matches `pred`
+    (the driver writes it when the step is reached; a hang fails by the
+    guard, not by a timing assumption)."""
+    import time
+    deadline = time.monotonic() + TIMEOUT
+    while time.monotonic() < deadline:
+        try:
+            for x in journal.parse(e["FAKECUDA_JOURNAL"], complete_only=True):
+                if pred(x):
+                    return x
+        except FileNotFoundError:
+            pass
+        time.sleep(0.005)
+    raise AssertionError("journal event never came")
+
+
+def send(p, text):
+    p.stdin.write(text)
+    p.stdin.flush()
+
+
+def test_kill_holder_while_suspended(env):
+    e = dict(env, GPUMUTEX_IDLE_SUSPEND_MS="1")
+    holder = start(e, job="kh")
+    ready(holder)
+    waiter = start(e, job="kw")
+    ready(waiter)  # granted: the holder is suspended
+    send(waiter, "go\n")
+    assert waiter.stdout.readline().strip() == "sync=0"
+    holder.kill()
+    holder.wait()
+    out, err = waiter.communicate("quit\n", timeout=TIMEOUT)
+    assert waiter.returncode == 0, err
+    third = start(e, job="kx")
+    out, err = third.communicate("go\nquit\n", timeout=TIMEOUT)
+    assert "sync=0" in out, err
+    journal.check_exclusive(events(e))
+    assert not status(e)["suspended"]
+
+
+def test_waiter_killed_before_grant(env, tmp_path):
+    gate = tmp_path / "go-on"
+    e = dict(env, GPUMUTEX_IDLE_SUSPEND_MS="1",
+             FAKECUDA_CKPT_PAUSE=str(gate))
+    holder = start(e, job="wh")
+    ready(holder)
+    waiter = start(e, job="ww")
+    until_event(e, lambda x: x["ev"] == "ckpt-pause" and
+                x["pid"] == str(holder.pid))
+    waiter.kill()
+    waiter.wait()
+    gate.touch()
+    out, err = holder.communicate("go\nquit\n", timeout=TIMEOUT)
+    assert "sync=0" in out, err
+    third = start(e, job="wx")
+    out, err = third.communicate("go\nquit\n", timeout=TIMEOUT)
+    assert "sync=0" in out, err
+    journal.check_exclusive(events(e))
+
+
+def test_member_killed_mid_checkpoint(env, tmp_path):
+    e = dict(env, GPUMUTEX_IDLE_SUSPEND_MS="1",
+             FAKECUDA_CKPT_PAUSE=str(tmp_path / "never"))
+    holder = start(e, job="mh")
+    ready(holder)
+    waiter = start(e, job="mw")
+    until_event(e, lambda x: x["ev"] == "ckpt-pause" and
+                x["pid"] == str(holder.pid))
+    holder.kill()
+    holder.wait()
+    out, err = waiter.communicate("go\nquit\n", timeout=TIMEOUT)
+    assert "sync=0" in out, err
+    journal.check_exclusive(events(e))
+
+
+@pytest.mark.parametrize("step", ["lock", "locked", "checkpoint",
+                                  "checkpointed"])
+def test_calls_during_suspension(env, tmp_path, step):
+    """Two threads of the holder call the driver while its helper thread
+    is at `step` of suspending it: they wait, the waiter is served, and
+    they resume after it, with no overlap in the journal."""
+    gate = tmp_path / "go-on"
+    e = dict(env, GPUMUTEX_IDLE_SUSPEND_MS="1", FAKECUDA_CKPT_PAUSE=str(gate),
+             FAKECUDA_CKPT_PAUSE_AT=step)
+    holder = start(e, "threads", job="sh")
+    ready(holder)
+    waiter = start(e, job="sw")
+    until_event(e, lambda x: x["ev"] == "ckpt-pause" and
+                x["pid"] == str(holder.pid))
+    send(holder, "go\n")
+    gate.touch()
+    out, err = waiter.communicate("go\nquit\n", timeout=TIMEOUT)
+    assert "sync=0" in out, err
+    out, err = holder.communicate("quit\n", timeout=TIMEOUT)
+    assert "sync=0" in out, err
+    ev = events(e)
+    journal.check_exclusive(ev)
+    kinds = [x["ev"] for x in ev if x["pid"] == str(holder.pid)]
+    assert "ckpt" in kinds and "restore" in kinds
+
+
+@pytest.mark.parametrize("step", ["restore", "restored", "unlock"])
+def test_calls_during_resume(env, tmp_path, step):
+    """The same while one thread resumes the holder: the other waits for
+    the resume; a job that queued meanwhile waits for the holder."""
+    gate = tmp_path / "go-on"
+    e = dict(env, GPUMUTEX_IDLE_SUSPEND_MS="1", FAKECUDA_CKPT_PAUSE=str(gate),
+             FAKECUDA_CKPT_PAUSE_AT=step)
+    holder = start(e, "threads", job="rh")
+    ready(holder)
+    waiter = start(e, job="rw")
+    out, err = waiter.communicate("go\nquit\n", timeout=TIMEOUT)
+    assert "sync=0" in out, err
+    send(holder, "go\n")
+    until_event(e, lambda x: x["ev"] == "ckpt-pause" and
+                x["pid"] == str(holder.pid))
+    third = start(e, job="rx", **{})
+    gate.touch()
+    assert holder.stdout.readline().strip() == "sync=0"
+    send(holder, "quit\n")
+    holder.wait(timeout=TIMEOUT)
+    out, err = third.communicate("go\nquit\n", timeout=TIMEOUT)
+    assert "sync=0" in out, err
+    journal.check_exclusive(events(e))
+
+
+def test_two_members_of_one_job(env):
+    """Both members checkpoint themselves; the lease goes to the waiter
+    only then; both resume (the first queues, the second joins)."""
+    e = dict(env, GPUMUTEX_IDLE_SUSPEND_MS="1")
+    a = start(e, job="pair")
+    ready(a)
+    b = start(e, job="pair")
+    ready(b)
+    waiter = start(e, job="pw")
+    out, err = waiter.communicate("go\nquit\n", timeout=TIMEOUT)
+    assert "sync=0" in out, err
+    for p in (a, b):
+        send(p, "go\n")
+    for p in (a, b):
+        out, err = p.communicate("quit\n", timeout=TIMEOUT)
+        assert "sync=0" in out, err
+    ev = events(e)
+    journal.check_exclusive(ev)
+    for p in (a, b):
+        kinds = [x["ev"] for x in ev if x["pid"] == str(p.pid)]
+        assert "ckpt" in kinds and "restore" in kinds

@@ -11,6 +11,8 @@
  *       -> HELD  (lease held: taken in cuInit for a pool, or later)
  *       -> SHUT  (fail closed; gate_code is returned from every cuInit and
  *                 every wrapped driver call).
+ *       -> GOING (HELD while the helper thread checkpoints the process,
+ *                 under gate_lock: every wrapped call waits for gate_lock)
  *       -> SUSP  (checkpointed through the driver and lease let go after
  *                 GPUMUTEX_IDLE_SUSPEND_MS idle while another job waited:
  *                 suspend.c; the next wrapped call queues, restores,
@@ -52,7 +54,8 @@
 #include "suspend.h"
 #include "activity.h"
 
-enum { ST_NEW, ST_BUSY, ST_OPEN, ST_SHUT, ST_DEFER, ST_HELD, ST_SUSP };
+enum { ST_NEW, ST_BUSY, ST_OPEN, ST_SHUT, ST_DEFER, ST_HELD, ST_SUSP,
+       ST_GOING };
 
 static pthread_mutex_t gate_lock = PTHREAD_MUTEX_INITIALIZER;
 static int gate_state;
@@ -179,6 +182,11 @@ static void atfork_child(void)
 		 * NEW. */
 		gm_lease_forget_inflight();
 		state_set(ST_NEW);
+	} else if (st == ST_GOING) {
+		/* Forked while the parent's helper thread was suspending it:
+		 * the child shares the lease's descriptions, and keeps them
+		 * (it has no helper thread), as a child forked in HELD. */
+		state_set(ST_HELD);
 	} else if (st == ST_SUSP) {
 		/* The parent's GPU state is checkpointed and its lease gone:
 		 * the child's own next device call queues afresh. */
@@ -525,7 +533,7 @@ int gmp_gate_suspend(long seen, const char **why)
 	    gate_own) {
 		/* From here no call goes straight to the driver: each takes
 		 * the slow path, which waits for gate_lock. */
-		go_set(0);
+		state_set(ST_GOING); /* and gmp_go 0 */
 		gate_in = 1;
 		rc = gmp_susp_checkpoint(seen, why);
 		if (rc == 0) {
@@ -536,7 +544,7 @@ int gmp_gate_suspend(long seen, const char **why)
 			state_set(ST_SUSP);
 			gmp_susp_done(&gate_lease);
 		} else {
-			go_set(1);
+			state_set(ST_HELD);
 		}
 		gate_in = 0;
 	}

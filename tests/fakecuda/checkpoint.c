@@ -14,8 +14,13 @@
  *   FAKECUDA_CKPT=off              every call returns 801 (no such API)
  *   FAKECUDA_CKPT_FAIL=lock|checkpoint|restore|unlock
  *                                  that step returns 999 (state unchanged)
- *   FAKECUDA_CKPT_PAUSE=path       Checkpoint journals "ckpt-pause", then
- *                                  blocks until `path` exists (kill tests)
+ *   FAKECUDA_CKPT_PAUSE=path       at one step (FAKECUDA_CKPT_PAUSE_AT: lock,
+ *                                  locked, checkpoint, checkpointed,
+ *                                  restore, restored, unlock; default
+ *                                  checkpoint) journal "ckpt-pause at=STEP",
+ *                                  then block until `path` exists (kill
+ *                                  tests, and the sweep of calls made at
+ *                                  every step of a suspension)
  * A process with more than one live context is refused at Checkpoint
  * (801), standing for what the real driver cannot checkpoint.
  *
@@ -72,6 +77,22 @@ void fc_work_leave(void)
     pthread_mutex_unlock(&ck_lock);
 }
 
+/* The pause point `step` (see the top of the file). */
+static void ck_pause(const char *step)
+{
+    const char *pause = getenv("FAKECUDA_CKPT_PAUSE");
+    const char *at = getenv("FAKECUDA_CKPT_PAUSE_AT");
+
+    if (!pause || !*pause || strcmp(at && *at ? at : "checkpoint", step))
+        return;
+    fc_journal("ev=ckpt-pause pid=%d at=%s t=%llu", (int)getpid(), step,
+               fc_now_ns());
+    while (access(pause, F_OK) != 0) {
+        struct timespec ms = { 0, 1000000 };
+        nanosleep(&ms, NULL);
+    }
+}
+
 static CUresult ck_check(int pid)
 {
     FC_NEED_INIT();
@@ -104,6 +125,7 @@ CUresult cuCheckpointProcessLock(int pid, void *args)
         return rc;
     if (ck_fail("lock"))
         return FC_ERROR_UNKNOWN;
+    ck_pause("lock");
     clock_gettime(CLOCK_REALTIME, &until);
     until.tv_sec += timeout_ms / 1000;
     until.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
@@ -129,6 +151,7 @@ CUresult cuCheckpointProcessLock(int pid, void *args)
         }
     }
     pthread_mutex_unlock(&ck_lock);
+    ck_pause("locked");
     return FC_SUCCESS;
 }
 
@@ -144,7 +167,6 @@ static void ck_journal(const char *ev)
 
 CUresult cuCheckpointProcessCheckpoint(int pid, void *args)
 {
-    const char *pause = getenv("FAKECUDA_CKPT_PAUSE");
     CUresult rc = ck_check(pid);
     (void)args;
     if (rc)
@@ -158,17 +180,12 @@ CUresult cuCheckpointProcessCheckpoint(int pid, void *args)
         return FC_ERROR_UNKNOWN;
     if (fc_live_contexts() > 1)
         return FC_ERROR_NOT_SUPPORTED;
-    if (pause && *pause) {
-        fc_journal("ev=ckpt-pause pid=%d t=%llu", (int)getpid(), fc_now_ns());
-        while (access(pause, F_OK) != 0) {
-            struct timespec ms = { 0, 1000000 };
-            nanosleep(&ms, NULL);
-        }
-    }
+    ck_pause("checkpoint");
     ck_journal("ckpt");
     pthread_mutex_lock(&ck_lock);
     ck_state = FC_CHECKPOINTED;
     pthread_mutex_unlock(&ck_lock);
+    ck_pause("checkpointed");
     return FC_SUCCESS;
 }
 
@@ -180,6 +197,7 @@ CUresult cuCheckpointProcessRestore(int pid, void *args)
         return rc;
     if (ck_fail("restore"))
         return FC_ERROR_UNKNOWN;
+    ck_pause("restore");
     pthread_mutex_lock(&ck_lock);
     if (ck_state != FC_CHECKPOINTED) {
         pthread_mutex_unlock(&ck_lock);
@@ -190,6 +208,7 @@ CUresult cuCheckpointProcessRestore(int pid, void *args)
     pthread_mutex_lock(&ck_lock);
     ck_state = FC_LOCKED;
     pthread_mutex_unlock(&ck_lock);
+    ck_pause("restored");
     return FC_SUCCESS;
 }
 
@@ -201,6 +220,7 @@ CUresult cuCheckpointProcessUnlock(int pid, void *args)
         return rc;
     if (ck_fail("unlock"))
         return FC_ERROR_UNKNOWN;
+    ck_pause("unlock");
     pthread_mutex_lock(&ck_lock);
     if (ck_state != FC_LOCKED)
         rc = FC_ERROR_ILLEGAL_STATE;
