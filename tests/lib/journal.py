@@ -87,6 +87,9 @@ def _segments(pts):
     for pid, pp in per_pid.items():
         cur = None
         for t, e in pp:
+            if cur is None and e["ev"] == "end":
+                # The exit of a checkpointed process: it used nothing.
+                continue
             if cur is None:
                 cur = [t, t, pid]
             cur[1] = t
