@@ -125,7 +125,9 @@ def test_declined(env, knob, why):
     # The holder publishes why it was not suspended (gpumutex status).
     act = os.path.join(e["GPUMUTEX_LOCK_DIR"], "job")
     seen = ""
-    while f"why={why}" not in seen:
+    import time
+    deadline = time.monotonic() + TIMEOUT
+    while f"why={why}" not in seen and time.monotonic() < deadline:
         seen = ""
         for root, _, files in os.walk(act):
             for f in files:
@@ -353,3 +355,32 @@ def test_two_members_of_one_job(env):
     for p in (a, b):
         kinds = [x["ev"] for x in ev if x["pid"] == str(p.pid)]
         assert "ckpt" in kinds and "restore" in kinds
+
+
+def test_declined_host_memory(env, tmp_path):
+    """Device memory in use (NVML) that host memory would not hold: the
+    holder is not suspended, and says why ("memory")."""
+    from conftest import BUILD
+    fake = os.path.join(BUILD, "tests", "fakenvml")
+    if not os.path.exists(os.path.join(fake, "libnvidia-ml.so.1")):
+        subprocess.run(["make", "-C", os.path.join(BUILD, ".."), "fakenvml"],
+                       check=True, capture_output=True)
+    nv = tmp_path / "nvml"
+    nv.write_text(f"count 4\nmem 0 {1 << 52} {1 << 53}\n")
+    e = dict(env, GPUMUTEX_IDLE_SUSPEND_MS="1", FAKENVML_FILE=str(nv),
+             LD_LIBRARY_PATH=env["LD_LIBRARY_PATH"] + ":" + fake)
+    holder = start(e, job="mem")
+    ready(holder)
+    waiter = start(e, job="memw")
+    import time
+    deadline = time.monotonic() + TIMEOUT
+    while time.monotonic() < deadline:  # a guard against a hang only
+        doc = status(e)
+        lease = [x for x in doc["leases"] if x["job"] == "mem"]
+        if lease and lease[0]["suspend_declined"] == "memory":
+            break
+    out, err = holder.communicate("go\nquit\n", timeout=TIMEOUT)
+    assert "sync=0" in out, err
+    out, err = waiter.communicate("go\nquit\n", timeout=TIMEOUT)
+    assert "sync=0" in out, err
+    assert not [x for x in events(e) if x["ev"] in ("ckpt", "restore")]
