@@ -72,6 +72,19 @@ def test_idle_holder_yields_to_waiter_and_resumes(env):
                 with open(os.path.join(root, f)) as fh:
                     logs += fh.read()
     assert "gm1 suspend " in logs and "gm1 resume " in logs, logs
+    from preloadlib import B
+    r = subprocess.run([str(B / "gpumutex"), "log", "--lock-dir",
+                        e["GPUMUTEX_LOCK_DIR"]], capture_output=True,
+                       text=True, timeout=TIMEOUT)
+    assert r.returncode == 0, r.stderr
+    assert "suspended after" in r.stdout and "resumed on GPU 0" in r.stdout, \
+        r.stdout
+    r = subprocess.run([str(B / "gpumutex"), "report", "--lock-dir",
+                        e["GPUMUTEX_LOCK_DIR"]], capture_output=True,
+                       text=True, timeout=TIMEOUT)
+    assert r.returncode == 0, r.stderr
+    rows = r.stdout.split("Idle suspensions")[1].splitlines()[2:]
+    assert rows and rows[0].split()[:3] == ["holder", str(holder.pid), "0"]
     ev = events(e)
     journal.check_exclusive(ev)
     hp = str(holder.pid)

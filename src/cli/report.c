@@ -419,6 +419,7 @@ static void text(const struct gm_report *r)
 		printf("  GPU %-2d idle %-9s of %-9s sampled (mean %3.0f%%)  %-8s %-16.16s %.50s\n",
 		       x->dev, a, d, x->mean_util, user, p->job, p->cmd);
 	}
+	gm_report_suspensions(stdout, r);
 	{
 		int inexact = 0;
 		for (int s = 0; s < L->nspans; s++)

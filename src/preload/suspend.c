@@ -239,10 +239,12 @@ void gmp_susp_done(const struct gm_lease *l)
 	publish("suspended", sp_idle_ms);
 	pthread_mutex_lock(&pub_mu);
 	gm_format_list(devs, sizeof pb.devs, l->devices, l->ndevices);
-	snprintf(f, sizeof pb.f, "lease=%llu devs=%s mem=%llu ckpt_ms=%lld idle_ms=%lld",
+	/* As the lease core's records (docs/report.md): the lease in hex,
+	 * its devices, times in ns. */
+	snprintf(f, sizeof pb.f, "lease=%016llx dev=%s mem=%llu ckpt=%lld idle=%lld",
 		 (unsigned long long)l->lease_id, devs,
-		 (unsigned long long)sp_mem, (long long)sp_ckpt_ms,
-		 (long long)sp_idle_ms);
+		 (unsigned long long)sp_mem, (long long)sp_ckpt_ms * 1000000,
+		 (long long)sp_idle_ms * 1000000);
 	(void)gm_event_append_job(sp_dir, "suspend", sp_job, f, err,
 				  sizeof pb.err);
 	pthread_mutex_unlock(&pub_mu);
@@ -258,10 +260,10 @@ void gmp_susp_resumed(const struct gm_lease *l, int64_t waited_ms)
 	publish("active", 0);
 	pthread_mutex_lock(&pub_mu);
 	gm_format_list(devs, sizeof pb.devs, l->devices, l->ndevices);
-	snprintf(f, sizeof pb.f, "lease=%llu devs=%s mem=%llu suspended_ms=%lld waited_ms=%lld",
+	snprintf(f, sizeof pb.f, "lease=%016llx dev=%s mem=%llu suspended=%lld waited=%lld",
 		 (unsigned long long)l->lease_id, devs,
-		 (unsigned long long)sp_mem, (long long)susp,
-		 (long long)waited_ms);
+		 (unsigned long long)sp_mem, (long long)susp * 1000000,
+		 (long long)waited_ms * 1000000);
 	(void)gm_event_append_job(sp_dir, "resume", sp_job, f, err,
 				  sizeof pb.err);
 	pthread_mutex_unlock(&pub_mu);

@@ -76,9 +76,9 @@ ev = [dict(f.split("=", 1) for f in l.split()[2:] if "=" in f)
       for l in open(f"{d}/events.txt")]
 ready, res = h[0], h[-1]
 wt = w[-1]
-ck = [e for e in ev if "ckpt_ms" in e]
-rs = [e for e in ev if "suspended_ms" in e]
-ckpt_s = int(ck[0]["ckpt_ms"]) / 1e3 if ck else None
+ck = [e for e in ev if "ckpt" in e]
+rs = [e for e in ev if "suspended" in e]
+ckpt_s = int(ck[0]["ckpt"]) / 1e9 if ck else None
 # The waiter's wait: from the later of its start (after its imports) and
 # the holder's idle start, to its first CUDA operation's end.
 wait_s = wt["t_first"] - max(wt["t_import"], ready["t_idle"])
