@@ -53,21 +53,24 @@ run_pair() {
 	rm -rf "$d" && mkdir -p "$d"
 	lock=$d/lock
 	env GPUMUTEX_LOCK_DIR="$lock" "$RUN" --visible-devices 0 \
-		--idle-suspend "$IDLE_MS" -- "$PY" "$JOBS" "${hargs[@]}" "$d" \
+		--idle-suspend "$IDLE_MS" -- timeout 400 "$PY" "$JOBS" "${hargs[@]}" "$d" \
 		>"$d/holder.json" 2>"$d/holder.err" &
 	local hp=$!
 	# The waiter starts once the holder is ready (idle from then on).
+	rm -f "$d/release"
 	until grep -q '"ready"' "$d/holder.json" 2>/dev/null; do
 		kill -0 "$hp" 2>/dev/null || break
 		sleep 0.2
 	done
 	env GPUMUTEX_LOCK_DIR="$lock" "$RUN" --visible-devices 0 \
-		--idle-suspend 0 -- "$PY" "$JOBS" "${wargs[@]}" "$d" \
+		--idle-suspend 0 -- timeout 300 "$PY" "$JOBS" "${wargs[@]}" "$d" \
 		>"$d/waiter.json" 2>"$d/waiter.err"
+	# Whatever became of the waiter, the holder goes on (no hang).
+	touch "$d/release"
 	wait "$hp"
 	cat "$lock"/job/*/events.log* 2>/dev/null |
 		grep -E '^gm1 (suspend|resume) ' >"$d/events.txt"
-	"$PY" - "$d" "$IDLE_MS" <<'PYEOF' || fail=1
+	python3 - "$d" "$IDLE_MS" <<'PYEOF' || echo "${d##*/}: FAIL (see its files)"
 import json, sys
 d, idle_ms = sys.argv[1], int(sys.argv[2])
 h = [json.loads(l) for l in open(f"{d}/holder.json") if l.strip()]
@@ -99,7 +102,7 @@ PYEOF
 
 for s in $SCEN; do
 	case $s in
-	1) run_pair s1-torch torch-holder "$GIB" -- bench 5 2>&1 | tee -a "$OUT/summary.txt" ;;
+	1) run_pair s1-torch torch-holder "$GIB" -- bench 2>&1 | tee -a "$OUT/summary.txt" ;;
 	2) XLA_PYTHON_CLIENT_MEM_FRACTION=$JAXF run_pair s2-jax jax-holder 1 -- waiter 2>&1 | tee -a "$OUT/summary.txt" ;;
 	3) run_pair s3-cupy cupy-holder "$CUPY_GIB" -- waiter 2>&1 | tee -a "$OUT/summary.txt" ;;
 	4) mkdir -p "$OUT/s4-probe"
