@@ -85,6 +85,13 @@ def test_idle_holder_yields_to_waiter_and_resumes(env):
     assert r.returncode == 0, r.stderr
     rows = r.stdout.split("Idle suspensions")[1].splitlines()[2:]
     assert rows and rows[0].split()[:3] == ["holder", str(holder.pid), "0"]
+    svg = os.path.join(os.path.dirname(e["FAKECUDA_JOURNAL"]), "r.svg")
+    r = subprocess.run([str(B / "gpumutex"), "report", "--lock-dir",
+                        e["GPUMUTEX_LOCK_DIR"], "--svg", svg],
+                       capture_output=True, text=True, timeout=TIMEOUT)
+    assert r.returncode == 0, r.stderr
+    with open(svg) as fh:
+        assert 'class="suspended"' in fh.read()
     ev = events(e)
     journal.check_exclusive(ev)
     hp = str(holder.pid)
@@ -397,3 +404,63 @@ def test_declined_host_memory(env, tmp_path):
     out, err = waiter.communicate("go\nquit\n", timeout=TIMEOUT)
     assert "sync=0" in out, err
     assert not [x for x in events(e) if x["ev"] in ("ckpt", "restore")]
+
+
+def test_stopped_member_keeps_the_lease(env):
+    """A stopped holder never checkpoints (its helper thread cannot run):
+    the waiter waits, and status says why."""
+    import signal
+    e = dict(env, GPUMUTEX_IDLE_SUSPEND_MS="1")
+    holder = start(e, job="st")
+    ready(holder)
+    os.kill(holder.pid, signal.SIGSTOP)
+    waiter = start(e, job="sw2")
+    try:
+        lease = [x for x in status(e)["leases"] if x["job"] == "st"][0]
+        assert lease["suspend_declined"] == "stopped"
+    finally:
+        os.kill(holder.pid, signal.SIGCONT)
+    out, err = holder.communicate("go\nquit\n", timeout=TIMEOUT)
+    assert "sync=0" in out, err
+    out, err = waiter.communicate("go\nquit\n", timeout=TIMEOUT)
+    assert "sync=0" in out, err
+    journal.check_exclusive(events(e))
+
+
+def test_config_file_setting(env, tmp_path):
+    """idle_suspend_ms in the configuration file (GPUMUTEX_CONFIG's file
+    here) applies without the variable: the waiter is served while the
+    holder idles (with the default, a minute, it would not be)."""
+    conf = tmp_path / "gm.conf"
+    conf.write_text("idle_suspend_ms = 1\n")
+    conf.chmod(0o644)
+    e = dict(env, GPUMUTEX_CONFIG=str(conf))
+    holder = start(e, job="cf")
+    ready(holder)
+    waiter = start(e, job="cw")
+    out, err = waiter.communicate("go\nquit\n", timeout=TIMEOUT)
+    assert "sync=0" in out, err
+    out, err = holder.communicate("go\nquit\n", timeout=TIMEOUT)
+    assert "sync=0" in out, err
+    kinds = [x["ev"] for x in events(e) if x["pid"] == str(holder.pid)]
+    assert "ckpt" in kinds and "restore" in kinds
+
+
+def test_resume_timeout_fails_that_call_only(env):
+    """GPUMUTEX_TIMEOUT applies to a resume's wait: the call returns
+    CUDA_ERROR_NO_DEVICE (100), the process stays suspended, and its next
+    call, once the GPU is free, resumes it."""
+    e = dict(env, GPUMUTEX_IDLE_SUSPEND_MS="1", GPUMUTEX_TIMEOUT="0")
+    holder = start(e, job="th")
+    ready(holder)
+    waiter = start(dict(e, GPUMUTEX_TIMEOUT="30"), job="tw")
+    ready(waiter)
+    send(waiter, "go\n")
+    assert waiter.stdout.readline().strip() == "sync=0"
+    send(holder, "go\n")
+    assert holder.stdout.readline().strip() == "sync=100"
+    out, err = waiter.communicate("quit\n", timeout=TIMEOUT)
+    assert waiter.returncode == 0, err
+    out, err = holder.communicate("go\nquit\n", timeout=TIMEOUT)
+    assert "sync=0" in out, err
+    journal.check_exclusive(events(e))

@@ -39,6 +39,25 @@ static void load(const char *dir, const struct gm_state *st)
 	loaded_at = st->now_ns;
 }
 
+/* 1 when `pid` is stopped (a signal or a debugger): its helper thread
+ * cannot run, so it never checkpoints and its job keeps its GPUs. */
+static int stopped(pid_t pid)
+{
+	char path[64], buf[512], *p;
+	FILE *f;
+	size_t n;
+
+	snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+	f = fopen(path, "re");
+	if (!f)
+		return 0;
+	n = fread(buf, 1, sizeof buf - 1, f);
+	fclose(f);
+	buf[n] = '\0';
+	p = strrchr(buf, ')'); /* after the command name, which may hold ')' */
+	return p && p[1] == ' ' && (p[2] == 'T' || p[2] == 't');
+}
+
 /* The lease's idle time in ns (-1: unknown) and a member's reason not
  * to suspend it ("" none). */
 static int64_t lease_idle(const struct gm_state *st,
@@ -62,6 +81,9 @@ static int64_t lease_idle(const struct gm_state *st,
 		if (strcmp(a->why, "-"))
 			*why = a->why;
 	}
+	for (int k = 0; k < l->npids; k++)
+		if (stopped(l->pids[k]))
+			*why = "stopped";
 	return idle;
 }
 

@@ -18,7 +18,7 @@
 
 /* The end of suspension `s` (index into L->ev): the same process's next
  * resume record, else the window's end (still suspended, or it died). */
-static int64_t susp_end(const struct gm_log *L, int s, int64_t to)
+int64_t gm_report_susp_end(const struct gm_log *L, int s, int64_t to)
 {
 	for (int i = s + 1; i < L->nev; i++)
 		if (L->ev[i].kind == EV_RESUME && L->ev[i].pid == L->ev[s].pid &&
@@ -61,7 +61,7 @@ void gm_report_suspensions(FILE *f, const struct gm_report *r)
 			fprintf(f, "\nIdle suspensions (docs/preload.md):\n  %-16s %-8s %-6s %-10s %-9s %-12s %s\n",
 				"JOB", "PID", "GPUS", "SUSPENDED", "MEMORY",
 				"CHECKPOINT", "GPU TIME GIVEN TO WAITERS");
-		end = susp_end(L, i, r->to);
+		end = gm_report_susp_end(L, i, r->to);
 		rec = others(L, e->job, e->dev, e->t, end);
 		{
 			int d[64], k = 0;

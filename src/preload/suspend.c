@@ -506,7 +506,10 @@ void gmp_susp_atfork_child(void)
 {
 	pthread_mutex_t fresh = PTHREAD_MUTEX_INITIALIZER;
 
+	/* Either lock may have been held by the parent's helper thread,
+	 * which the child does not have. */
 	memcpy(&sp_mu, &fresh, sizeof fresh);
+	memcpy(&pub_mu, &fresh, sizeof fresh);
 	sp_state = 0;
 	sp_susp_mono = 0;
 	sp_susp_real = 0;
