@@ -14,7 +14,9 @@
 #   s3-cupy   the same with a CuPy holder ($CUPY_GIB GiB)
 #   s4-probe  without gpumutex: what the driver's checkpoint API does with
 #             managed memory, two contexts, CUDA IPC, a call in flight, a
-#             call made while locked (one JSON line each)
+#             call made while locked, and whether the pure queries (handed
+#             out unwrapped by the library) block while the process is
+#             checkpointed (one JSON line each)
 # Results: OUTDIR/<scenario>/*.json, *.err, events.txt; OUTDIR/summary.txt.
 # Exit status 0 when s1-s3 passed (s4 only reports). About 3 minutes with
 # the defaults on an H100 (SUSPEND_GIB=20).
@@ -106,7 +108,7 @@ for s in $SCEN; do
 	2) XLA_PYTHON_CLIENT_MEM_FRACTION=$JAXF run_pair s2-jax jax-holder 1 -- waiter 2>&1 | tee -a "$OUT/summary.txt" ;;
 	3) run_pair s3-cupy cupy-holder "$CUPY_GIB" -- waiter 2>&1 | tee -a "$OUT/summary.txt" ;;
 	4) mkdir -p "$OUT/s4-probe"
-	   for c in baseline managed two-contexts ipc-exporter inflight call-while-locked; do
+	   for c in baseline managed two-contexts ipc-exporter inflight call-while-locked queries-while-suspended; do
 		timeout 60 "$PY" "$JOBS" probe "$c" >>"$OUT/s4-probe/probes.json" \
 			2>>"$OUT/s4-probe/probes.err" ||
 			echo "{\"probe\": \"$c\", \"exit\": $?}" >>"$OUT/s4-probe/probes.json"

@@ -253,6 +253,49 @@ def probe(case):
         r.pop("_thread").join()
         out.update(r)
         out.update(took)
+    elif case == "queries-while-suspended":
+        # The library hands the pure queries out unwrapped: do they block
+        # (until the restore) while the process is checkpointed? Each in
+        # its own thread; which returned within 1 s, and how long each took.
+        import torch
+        torch.ones(1, device="cuda")
+        cu = ctypes.CDLL("libcuda.so.1")
+        took = {}
+
+        def q(name, fn):
+            t = time.time()
+            rc = fn()
+            took[name] = (rc, round(time.time() - t, 3))
+
+        def during(res):
+            if cu.cuCheckpointProcessCheckpoint(os.getpid(), None):
+                res["checkpoint_failed"] = True
+                return
+            v = ctypes.c_int()
+            c = ctypes.c_void_p()
+            fl = ctypes.c_uint()
+            act = ctypes.c_int()
+            qs = {"cuDriverGetVersion": lambda: cu.cuDriverGetVersion(ctypes.byref(v)),
+                  "cuDeviceGetCount": lambda: cu.cuDeviceGetCount(ctypes.byref(v)),
+                  "cuDeviceGetAttribute": lambda: cu.cuDeviceGetAttribute(ctypes.byref(v), 16, 0),
+                  "cuCtxGetCurrent": lambda: cu.cuCtxGetCurrent(ctypes.byref(c)),
+                  "cuDevicePrimaryCtxGetState": lambda: cu.cuDevicePrimaryCtxGetState(0, ctypes.byref(fl), ctypes.byref(act))}
+            ths = [threading.Thread(target=q, args=(n, f)) for n, f in qs.items()]
+            for t in ths:
+                t.start()
+            time.sleep(1.0)
+            res["returned_while_checkpointed"] = sorted(took)
+            res["blocked_while_checkpointed"] = sorted(set(qs) - set(took))
+            rc = cu.cuCheckpointProcessRestore(os.getpid(), None)
+            res["restore_in_probe"] = rc
+            res["_ths"] = ths
+        # ckpt_self's own checkpoint then finds the process checkpointed
+        # already (it reports the error); the restore above undid ours.
+        r = ckpt_self(during)
+        for t in r.pop("_ths", []):
+            t.join(5)
+        out.update(r)
+        out["query_times"] = took
     emit(out)
 
 
