@@ -67,8 +67,20 @@ run_pair() {
 	env GPUMUTEX_LOCK_DIR="$lock" "$RUN" --visible-devices 0 \
 		--idle-suspend 0 -- timeout 300 "$PY" "$JOBS" "${wargs[@]}" "$d" \
 		>"$d/waiter.json" 2>"$d/waiter.err"
-	# Whatever became of the waiter, the holder goes on (no hang).
+	# Whatever became of the waiter, the holder goes on; one that does
+	# not end within 90 s of its release hangs (a call blocked in the
+	# driver while suspended?): killed, and the scenario fails.
 	touch "$d/release"
+	local waited=0
+	while kill -0 "$hp" 2>/dev/null && [ $waited -lt 900 ]; do
+		sleep 0.1
+		waited=$((waited + 1))
+	done
+	if kill -0 "$hp" 2>/dev/null; then
+		echo "${d##*/}: FAIL: the holder hung after its release (killed)"
+		pkill -KILL -P "$hp" 2>/dev/null
+		kill -KILL "$hp" 2>/dev/null
+	fi
 	wait "$hp"
 	cat "$lock"/job/*/events.log* 2>/dev/null |
 		grep -E '^gm1 (suspend|resume) ' >"$d/events.txt"
