@@ -464,3 +464,24 @@ def test_resume_timeout_fails_that_call_only(env):
     out, err = holder.communicate("go\nquit\n", timeout=TIMEOUT)
     assert "sync=0" in out, err
     journal.check_exclusive(events(e))
+
+
+def test_ipc_user_is_declined(env):
+    """A process that used CUDA IPC is not suspended (an importer's restore
+    fails on the real driver): status says ipc, the waiter waits."""
+    e = dict(env, GPUMUTEX_IDLE_SUSPEND_MS="1")
+    holder = start(e, "ipc", job="ip")
+    ready(holder)
+    waiter = start(e, job="iw")
+    import time
+    deadline = time.monotonic() + TIMEOUT
+    while time.monotonic() < deadline:  # a guard against a hang only
+        lease = [x for x in status(e)["leases"] if x["job"] == "ip"]
+        if lease and lease[0]["suspend_declined"] == "ipc":
+            break
+    assert lease and lease[0]["suspend_declined"] == "ipc"
+    out, err = holder.communicate("go\nquit\n", timeout=TIMEOUT)
+    assert "sync=0" in out, err
+    out, err = waiter.communicate("go\nquit\n", timeout=TIMEOUT)
+    assert "sync=0" in out, err
+    assert not [x for x in events(e) if x["ev"] in ("ckpt", "restore")]

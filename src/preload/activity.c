@@ -14,6 +14,7 @@
 #include "activity.h"
 
 long gmp_act_calls __attribute__((aligned(64)));
+unsigned char gmp_ipc_used;
 static int act_inflight __attribute__((aligned(64)));
 static int64_t act_last_end;
 /* The sampler's own state (one thread). */

@@ -18,6 +18,10 @@
  * then reads the count (suspend.c relies on that). Its own cache line.
  */
 extern long gmp_act_calls;
+/* Set by the wrappers of the CUDA IPC functions (driver-policy.txt, class
+ * ipc): the process exported or imported memory or events, which idle
+ * suspension must not checkpoint. */
+extern unsigned char gmp_ipc_used;
 
 /* A bracketed driver call starts / ends (any thread; errno kept). Begin
  * counts as a call start (gmp_act_calls) and in flight. */

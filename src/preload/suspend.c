@@ -126,7 +126,7 @@ int gmp_susp_checkpoint(long seen, const char **why)
 		unsigned long long r1[7];
 	} largs;
 	struct ck_api a;
-	int pid = (int)getpid(), st = -1;
+	int pid = (int)getpid(), st = -1, rc;
 	int64_t t0;
 
 	/* gmp_go is 0 (seq_cst store) before this load: a thread that
@@ -151,12 +151,14 @@ int gmp_susp_checkpoint(long seen, const char **why)
 		*why = "busy";
 		return 1;
 	}
-	if (a.ckpt(pid, NULL) != 0) {
-		/* Undo: whatever state the failure left, back to running. */
+	rc = a.ckpt(pid, NULL);
+	if (rc != 0) {
+		/* Undo: whatever state the failure left, back to running
+		 * (managed memory: 801 and still locked, on driver 580). */
 		if (a.state(pid, &st) == 0 && st == 2)
 			(void)a.restore(pid, NULL);
 		(void)a.unlock(pid, NULL);
-		*why = "refused";
+		*why = rc == 801 ? "unsupported" : "refused";
 		return 1;
 	}
 	sp_ckpt_ms = gmp_mono_ms() - t0;
@@ -379,6 +381,8 @@ static const char *pre_decline(const struct gm_lease *l)
 
 	if (file_num("/proc/self/status", "TracerPid:") > 0)
 		return "traced";
+	if (__atomic_load_n(&gmp_ipc_used, __ATOMIC_RELAXED))
+		return "ipc";
 	sp_mem = device_used(l);
 	room = host_room();
 	if (sp_mem && room >= 0 && (long long)(sp_mem + sp_mem / 8) > room)
