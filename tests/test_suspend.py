@@ -132,7 +132,9 @@ def test_never_when_zero(env):
 @pytest.mark.parametrize("knob,why", [("FAKECUDA_CKPT=off", "nodriver"),
                                       ("FAKECUDA_CKPT_FAIL=checkpoint",
                                        "refused"),
-                                      ("FAKECUDA_CKPT_FAIL=lock", "busy")])
+                                      ("FAKECUDA_CKPT_FAIL=lock", "busy"),
+                                      ("FAKECUDA_CKPT_FAIL=unsupported",
+                                       "unsupported")])
 def test_declined(env, knob, why):
     """The driver lacks the API, or refuses a step: nothing is suspended,
     a half-done checkpoint is undone (the holder's next call works), and

@@ -21,8 +21,9 @@
  *                                  then block until `path` exists (kill
  *                                  tests, and the sweep of calls made at
  *                                  every step of a suspension)
- * A process with more than one live context is refused at Checkpoint
- * (801), standing for what the real driver cannot checkpoint.
+ *   FAKECUDA_CKPT_FAIL=unsupported Checkpoint returns 801 and leaves the
+ *                                  process locked (driver 580 with managed
+ *                                  memory)
  *
  * Never writes to stdout or stderr.
  */
@@ -178,7 +179,9 @@ CUresult cuCheckpointProcessCheckpoint(int pid, void *args)
         return rc;
     if (ck_fail("checkpoint"))
         return FC_ERROR_UNKNOWN;
-    if (fc_live_contexts() > 1)
+    /* What driver 580 answers for a process with managed memory: 801,
+     * the process left locked. */
+    if (ck_fail("unsupported"))
         return FC_ERROR_NOT_SUPPORTED;
     ck_pause("checkpoint");
     ck_journal("ckpt");

@@ -41,19 +41,6 @@ static _Thread_local int fc_depth;
 
 /* ------------------------------------------------------------- contexts */
 
-int fc_live_contexts(void)
-{
-    const struct fc_ctx *c;
-    int n = 0, i;
-    pthread_mutex_lock(&fc_lock);
-    for (i = 0; i < FC_MAX_DEV; i++)
-        n += fc_primary_refs[i] > 0;
-    for (c = fc_ctx_list; c; c = c->next)
-        n += c->live;
-    pthread_mutex_unlock(&fc_lock);
-    return n;
-}
-
 void fc_primary_setup(void)
 {
     int i;

@@ -83,8 +83,6 @@ static inline void fc_work_cleanup(int *unused) { (void)unused; fc_work_leave();
 
 /* ---- context.c */
 
-/* Live contexts of this process, primary and created (takes fc_lock). */
-int fc_live_contexts(void) FC_HIDDEN;
 
 /* Under fc_lock, in the first cuInit once fc_nvis and fc_vis are set:
  * the primary contexts of the visible devices. */
