@@ -31,7 +31,8 @@ SAN_BINS  := $(B)/tests/lease-unit-san $(B)/tests/lease-holder-san
 CLI_SRC := src/cli/gpumutex.c src/cli/status.c src/cli/run.c \
            src/cli/install.c src/cli/sysfile.c src/cli/doctor.c \
            src/cli/evlog.c src/cli/log.c src/cli/report.c src/cli/report_json.c src/cli/svg.c \
-           src/cli/nvml.c src/cli/sample.c src/cli/metrics.c src/cli/metrics_http.c
+           src/cli/nvml.c src/cli/sample.c src/cli/metrics.c src/cli/metrics_http.c \
+           src/cli/idle.c src/cli/report_susp.c
 CLI_HDR := $(wildcard src/cli/*.h)
 
 # `make`: everything a user runs (the library, gpumutex, gpumutex-run) and

@@ -46,7 +46,7 @@ FNR == NR {
     sub(/#.*/, "")
     if (NF == 0) next
     if (NF < 2) die("policy line without a class: " $0)
-    if ($2 !~ /^(own|query|ctx\+|pctx\+|ctx-|pctx-|alloc)$/) die("unknown class " $2 " for " $1)
+    if ($2 !~ /^(own|query|ctx\+|pctx\+|ctx-|pctx-|alloc|ipc)$/) die("unknown class " $2 " for " $1)
     if ($1 in cls) die("policy lists " $1 " twice")
     cls[$1] = $2
     next
@@ -61,6 +61,7 @@ END {
     if (bad) exit 1
     for (k in cls) if (!(k in seen)) die("policy names " k ", which is not in the name table")
     code["work"] = "GMP_W_WORK"; code["query"] = "GMP_W_QUERY"; code["own"] = "GMP_W_OWN"
+    code["ipc"] = "GMP_W_WORK"
     code["ctx+"] = "GMP_W_CTX_NEW"; code["pctx+"] = "GMP_W_PCTX_NEW"
     code["ctx-"] = "GMP_W_CTX_DEL"; code["pctx-"] = "GMP_W_PCTX_DEL"
     code["alloc"] = "GMP_W_ALLOC"
@@ -99,8 +100,10 @@ END {
         # The exported wrapper (bound by the dynamic linker).
         printf "\t\".globl %s\\n.type %s, @function\\n.p2align 4\\n%s:\\n\"\n", nm, nm, nm
         print "\t\"\t.cfi_startproc\\n\t.byte 0xf3, 0x0f, 0x1e, 0xfa\\n\""
-        if (c == "work") {
-            print "\t\"\tcmpl $0, gmp_go(%rip)\\n\tje 1f\\n\""
+        if (c == "ipc")
+            print "\t\"\tmovb $1, gmp_ipc_used(%rip)\\n\""
+        if (c == "work" || c == "ipc") {
+            print "\t\"\tlock incq gmp_act_calls(%rip)\\n\tcmpl $0, gmp_go(%rip)\\n\tje 1f\\n\""
             printf "\t\"\tmovq gmp_wrap_plt+%d(%%rip), %%r11\\n\ttestq %%r11, %%r11\\n\tjz 1f\\n\tjmpq *%%r11\\n\"\n", off
             printf "\t\"1:\tmovl $%d, %%r11d\\n\tjmp gmp_wrap_slow_plt\\n\"\n", i
         } else {
@@ -111,8 +114,10 @@ END {
         h = "gmp_h_" nm
         printf "\t\".globl %s\\n.hidden %s\\n.type %s, @function\\n.p2align 4\\n%s:\\n\"\n", h, h, h, h
         print "\t\"\t.cfi_startproc\\n\t.byte 0xf3, 0x0f, 0x1e, 0xfa\\n\""
-        if (c == "work") {
-            print "\t\"\tcmpl $0, gmp_go(%rip)\\n\tje 1f\\n\""
+        if (c == "ipc")
+            print "\t\"\tmovb $1, gmp_ipc_used(%rip)\\n\""
+        if (c == "work" || c == "ipc") {
+            print "\t\"\tlock incq gmp_act_calls(%rip)\\n\tcmpl $0, gmp_go(%rip)\\n\tje 1f\\n\""
             printf "\t\"\tjmpq *gmp_wrap_real+%d(%%rip)\\n\"\n", off
             printf "\t\"1:\tmovl $%d, %%r11d\\n\tjmp gmp_wrap_slow_h\\n\"\n", i
         } else {
@@ -124,7 +129,7 @@ END {
         s = "gmp_s_" k
         printf "\t\".globl %s\\n.hidden %s\\n.type %s, @function\\n.p2align 4\\n%s:\\n\"\n", s, s, s, s
         print "\t\"\t.cfi_startproc\\n\t.byte 0xf3, 0x0f, 0x1e, 0xfa\\n\""
-        print "\t\"\tcmpl $0, gmp_go(%rip)\\n\tje 1f\\n\""
+        print "\t\"\tlock incq gmp_act_calls(%rip)\\n\tcmpl $0, gmp_go(%rip)\\n\tje 1f\\n\""
         print "\t\"\tcmpb $0, gmp_doubt(%rip)\\n\tjne 2f\\n\tmovb $1, gmp_doubt(%rip)\\n\""
         printf "\t\"2:\tjmpq *gmp_spare_real+%d(%%rip)\\n\"\n", 8 * k
         printf "\t\"1:\tmovl $%d, %%r11d\\n\tjmp gmp_wrap_slow_spare\\n\"\n", k

@@ -51,7 +51,7 @@ mkdir -p "$work"
 echo "portability: load proof of $lib ($(sha256sum "$lib" | cut -c1-12))"
 cp "$lib" "$work/libgpumutex.so"
 cp tests/fakecuda/fakecuda.c tests/fakecuda/context.c tests/fakecuda/journal.c \
-    tests/fakecuda/procaddr.c tests/fakecuda/sharedmem.c tests/fakecuda/fcint.h \
+    tests/fakecuda/procaddr.c tests/fakecuda/sharedmem.c tests/fakecuda/checkpoint.c tests/fakecuda/fcint.h \
     tests/fakecuda/fakecuda.h tests/fakecuda/stubs.txt \
     tests/fakecuda/gen-stubs.sh tests/fakecuda/exports.map \
     tests/portability/client.c tests/portability/contention.py \
@@ -62,7 +62,7 @@ chroot "$root" /bin/sh -ec '
     ldd --version | head -1
     sh gen-stubs.sh --c stubs.txt fakecuda.h > stubs.c
     cc -std=gnu11 -O2 -fPIC -shared -pthread -I. -o libcuda.so.1 fakecuda.c \
-        context.c journal.c procaddr.c sharedmem.c stubs.c \
+        context.c journal.c procaddr.c sharedmem.c checkpoint.c stubs.c \
         -Wl,-soname,libcuda.so.1 -Wl,--version-script=exports.map -Wl,-Bsymbolic -ldl
     ln -sf libcuda.so.1 libcuda.so
     cc -O2 -o client client.c -L. -lcuda

@@ -10,7 +10,8 @@ exclusive use of GPUs; processes that never initialise CUDA never wait.
     gpumutex.system("python train.py", visible_devices=[0, 1, 2, 3])
 
 The keyword arguments (``visible_devices``, ``num_devices``, ``lock_dir``,
-``timeout``, ``quiet``) set gpumutex's variables in the child's environment
+``timeout``, ``quiet``, and keyword-only ``idle_suspend_ms``) set
+gpumutex's variables in the child's environment
 only, never in the caller's ``os.environ``. Everything is checked before
 anything runs: a bad value raises TypeError or ValueError naming it.
 See docs/python.md.
@@ -44,10 +45,14 @@ def _child_env(kwargs: Dict[str, Any], visible_devices: Optional[Devices],
                num_devices: Optional[int], lock_dir: Optional[PathArg],
                timeout: Optional[float], quiet: Optional[bool]) -> None:
     """Replace kwargs["env"] by the gpumutex environment built over it;
-    say so on stderr when the child joins the job it is started in."""
+    say so on stderr when the child joins the job it is started in.
+    ``idle_suspend_ms`` (keyword only, in every function) is taken out of
+    kwargs here: GPUMUTEX_IDLE_SUSPEND_MS."""
+    idle = kwargs.pop("idle_suspend_ms", None)
     kwargs["env"], note = child_environ(visible_devices, num_devices,
                                         lock_dir, timeout, quiet,
-                                        kwargs.get("env"))
+                                        kwargs.get("env"),
+                                        idle_suspend_ms=idle)
     if note:
         sys.stderr.write(f"gpumutex: {note}\n")
         sys.stderr.flush()

@@ -37,6 +37,8 @@ QUIET = "GPUMUTEX_QUIET"
 JOB = "GPUMUTEX_JOB"
 LIBRARY = "GPUMUTEX_LIBRARY"
 RECHECK = "GPUMUTEX_RECHECK_MS"
+IDLE_SUSPEND = "GPUMUTEX_IDLE_SUSPEND_MS"
+GIVE_BACK = "GPUMUTEX_GIVE_BACK_MS"
 PLACEHOLDER = "GPUMUTEX_CUDA_PLACEHOLDER"  # the library's (src/preload/gatepriv.h)
 
 T = TypeVar("T")
@@ -374,8 +376,12 @@ def environ(visible_devices: Optional[Devices] = None,
             lock_dir: Optional[PathArg] = None,
             timeout: Optional[float] = None,
             quiet: Optional[bool] = None,
-            env: Optional[Mapping[str, str]] = None) -> Dict[str, str]:
+            env: Optional[Mapping[str, str]] = None,
+            *, idle_suspend_ms: Optional[int] = None) -> Dict[str, str]:
     """Return a new dict: the environment a child needs to run under gpumutex.
+
+    ``idle_suspend_ms`` sets GPUMUTEX_IDLE_SUSPEND_MS (0 = never suspend an
+    idle job; docs/preload.md, "Idle suspension").
 
     The base is a copy of `env`, or of ``os.environ`` when `env` is None;
     neither is modified. Each argument that is not None sets its variable,
@@ -414,7 +420,21 @@ def environ(visible_devices: Optional[Devices] = None,
     ('0,1', '2')
     """
     return child_environ(visible_devices, num_devices, lock_dir, timeout,
-                         quiet, env)[0]
+                         quiet, env, idle_suspend_ms=idle_suspend_ms)[0]
+
+
+def idle_suspend_text(value: object) -> str:
+    """GPUMUTEX_IDLE_SUSPEND_MS for the ``idle_suspend_ms`` argument: an
+    int from 0 (never) to 86400000, or its decimal text."""
+    if _is_int(value):
+        text = str(int(value))  # type: ignore[call-overload]
+    elif isinstance(value, str):
+        text = value
+    else:
+        raise TypeError(f"idle_suspend_ms must be an int, not "
+                        f"{_type_name(value)}")
+    check_recheck_ms("idle_suspend_ms", text)
+    return text
 
 
 def child_environ(visible_devices: Optional[Devices] = None,
@@ -422,7 +442,8 @@ def child_environ(visible_devices: Optional[Devices] = None,
                   lock_dir: Optional[PathArg] = None,
                   timeout: Optional[float] = None,
                   quiet: Optional[bool] = None,
-                  env: Optional[Mapping[str, str]] = None
+                  env: Optional[Mapping[str, str]] = None,
+                  *, idle_suspend_ms: Optional[int] = None
                   ) -> Tuple[Dict[str, str], Optional[str]]:
     """environ(), and the line to print (or None) when the child joins the
     job it is started in."""
@@ -441,6 +462,8 @@ def child_environ(visible_devices: Optional[Devices] = None,
         args[TIMEOUT] = timeout_text(timeout)
     if quiet is not None:
         args[QUIET] = quiet_text(quiet)
+    if idle_suspend_ms is not None:
+        args[IDLE_SUSPEND] = idle_suspend_text(idle_suspend_ms)
 
     # ... then what the child will see, argument or inherited variable.
     if VISIBLE in args:
@@ -473,6 +496,10 @@ def child_environ(visible_devices: Optional[Devices] = None,
         _inherited(check_quiet, QUIET, out[QUIET])
     if RECHECK in out:
         _inherited(check_recheck_ms, RECHECK, out[RECHECK])
+    if IDLE_SUSPEND not in args and IDLE_SUSPEND in out:
+        _inherited(check_recheck_ms, IDLE_SUSPEND, out[IDLE_SUSPEND])
+    if GIVE_BACK in out:
+        _inherited(check_recheck_ms, GIVE_BACK, out[GIVE_BACK])
 
     lib = preload_library(out)
     out.update(args)

@@ -21,6 +21,17 @@ int gm_doctor_main(int argc, char **argv);
 /* Format a duration in nanoseconds as 45s, 2m13s, 1h05m or 3d02h. */
 void gm_cli_duration(int64_t ns, char *out, size_t len);
 
+/* Idle suspension in `gpumutex status` (idle.c): the text section
+ * (activity per lease, suspended processes), a lease object's "idle_s"
+ * and "suspend_declined" members, and the top-level "suspended" list. */
+struct gm_state;
+struct gm_state_lease;
+void gm_status_idle_text(FILE *f, const char *dir, const struct gm_state *st);
+void gm_status_idle_lease_json(FILE *f, const char *dir,
+			       const struct gm_state *st,
+			       const struct gm_state_lease *l);
+void gm_status_idle_json(FILE *f, const char *dir, const struct gm_state *st);
+
 /* `s` as a JSON string (quotes included; NULL as ""), to f (evlog.c). */
 void gm_json_str(FILE *f, const char *s);
 

@@ -154,6 +154,7 @@ int gm_ev_parse(const char *line, struct gm_ev *e)
 	static const struct { const char *n; enum gm_evkind k; } kinds[] = {
 		{ "wait", EV_WAIT }, { "grant", EV_GRANT }, { "join", EV_JOIN },
 		{ "giveup", EV_GIVEUP }, { "exit", EV_EXIT }, { "util", EV_UTIL },
+		{ "suspend", EV_SUSPEND }, { "resume", EV_RESUME },
 	};
 	char *copy, *p, *tok, *save = NULL;
 	const char *cmd;
@@ -234,6 +235,12 @@ int gm_ev_parse(const char *line, struct gm_ev *e)
 			e->used = (uint64_t)num(v);
 		else if (!strcmp(tok, "total"))
 			e->total = (uint64_t)num(v);
+		else if (!strcmp(tok, "mem"))
+			e->used = (uint64_t)num(v);
+		else if (!strcmp(tok, "ckpt"))
+			e->took = num(v);
+		else if (!strcmp(tok, "idle") || !strcmp(tok, "suspended"))
+			e->dur = num(v);
 	}
 	free(copy);
 	if (!have_t || !e->mono)

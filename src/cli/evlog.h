@@ -14,7 +14,7 @@
 #include "lease.h" /* gm_job_short */
 
 enum gm_evkind { EV_WAIT, EV_GRANT, EV_JOIN, EV_GIVEUP, EV_EXIT, EV_UTIL,
-		 EV_END, EV_OTHER };
+		 EV_END, EV_OTHER, EV_SUSPEND, EV_RESUME };
 
 /* One record. Times: t (CLOCK_REALTIME ns) and mono (CLOCK_MONOTONIC ns)
  * read together by the writer; other times in a record are monotonic
@@ -32,7 +32,11 @@ struct gm_ev {
 	int64_t arrived, waited, woke;      /* arrived, woke: monotonic */
 	char why[16];
 	int gpu, memutil;                   /* util: percent, -1 unknown */
-	uint64_t used, total;               /* util: bytes */
+	uint64_t used, total;               /* util: bytes; suspend, resume:
+					     * used = device memory moved */
+	int64_t took, dur;                  /* suspend: checkpoint time, idle
+					     * time; resume: dur = time
+					     * suspended (waited: for GPUs) */
 	char *cmd;                          /* "" when none; owned */
 	/* EV_END (made by the reader): how its time is known. */
 	const char *how;

@@ -75,6 +75,12 @@ static void print_ev(const struct gm_ev *e, int json)
 		if (e->kind == EV_UTIL)
 			printf(",\"gpu\":%d,\"memutil\":%d,\"used\":%" PRIu64 ",\"total\":%" PRIu64,
 			       e->gpu, e->memutil, e->used, e->total);
+		if (e->kind == EV_SUSPEND)
+			printf(",\"memory\":%" PRIu64 ",\"checkpoint_s\":%.3f,\"idle_s\":%.3f",
+			       e->used, e->took / 1e9, e->dur / 1e9);
+		if (e->kind == EV_RESUME)
+			printf(",\"memory\":%" PRIu64 ",\"suspended_s\":%.3f,\"waited\":%.6f",
+			       e->used, e->dur / 1e9, e->waited / 1e9);
 		if (e->kind == EV_END)
 			printf(",\"how\":\"%s\",\"exact\":%s,\"last_seen\":%.6f",
 			       e->how, strcmp(e->how, "woken") && strcmp(e->how, "exit") ?
@@ -112,6 +118,17 @@ static void print_ev(const struct gm_ev *e, int json)
 		break;
 	case EV_END:
 		printf("lease on GPU %s ends (%s)", dev, e->how);
+		break;
+	case EV_SUSPEND:
+		secs(w, sizeof w, e->dur);
+		printf("suspended after %s idle: %.1f GiB of GPU %s moved to host memory in %.1f s; GPU %s freed for the waiter",
+		       w, e->used / 1073741824.0, dev, e->took / 1e9, dev);
+		break;
+	case EV_RESUME:
+		secs(w, sizeof w, e->dur);
+		printf("resumed on GPU %s after %s suspended", dev, w);
+		secs(w, sizeof w, e->waited);
+		printf(" (waited %s for it)", w);
 		break;
 	case EV_UTIL:
 		printf("GPU %s: %d%% busy, %.1f of %.1f GiB", dev, e->gpu,

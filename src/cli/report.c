@@ -422,6 +422,7 @@ static void text(const struct gm_report *r)
 		       x->dev, a, d, x->mean_util, user,
 		       gm_job_short(p->job, js, sizeof js), p->cmd);
 	}
+	gm_report_suspensions(stdout, r);
 	{
 		int inexact = 0;
 		for (int s = 0; s < L->nspans; s++)

@@ -55,6 +55,12 @@ void gm_report_build(struct gm_report *r);
 void gm_report_holders(const struct gm_report *r, const struct gm_wait *x,
 		       char *out, size_t len);
 
+/* The "Idle suspensions" section of the text report (report_susp.c). */
+void gm_report_suspensions(FILE *f, const struct gm_report *r);
+/* The end of the suspension whose record is L->ev[s]: its process's
+ * next resume record, else `to`. */
+int64_t gm_report_susp_end(const struct gm_log *L, int s, int64_t to);
+
 /* The numbers as one JSON document on stdout (report_json.c). */
 void gm_report_json(const struct gm_report *r);
 

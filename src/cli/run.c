@@ -2,7 +2,8 @@
  * run.c - gpumutex-run: preload libgpumutex.so into one command.
  *
  *   gpumutex-run [--visible-devices LIST] [--num-devices N] [--lock-dir DIR]
- *                [--timeout S] [--quiet[=1|0]] [--] CMD [ARGS...]
+ *                [--timeout S] [--idle-suspend MS] [--quiet[=1|0]]
+ *                [--] CMD [ARGS...]
  *
  * Everything is checked with the lease core's own code before the exec:
  * each flag by its parser, then the whole environment CMD will get by
@@ -54,6 +55,11 @@ static void help(void)
 "  --timeout S             GPUMUTEX_TIMEOUT: give up after S seconds of\n"
 "                          waiting; cuInit then fails with\n"
 "                          CUDA_ERROR_NO_DEVICE (default: wait forever)\n"
+"  --idle-suspend MS       GPUMUTEX_IDLE_SUSPEND_MS: a job that made no GPU\n"
+"                          call for MS while another waits for its GPUs\n"
+"                          is suspended (its GPU memory checkpointed to\n"
+"                          host memory) and resumes at its next GPU call\n"
+"                          (default 60000; 0 = never)\n"
 "  --quiet, --quiet=1|0    GPUMUTEX_QUIET=1 (or the value given, 1 or 0):\n"
 "                          no \"waiting\" line on stderr (default 0: print\n"
 "                          it once per waiting process)\n"
@@ -74,6 +80,8 @@ static void help(void)
 "                       the directory of this program)\n"
 "  GPUMUTEX_RECHECK_MS  fallback re-check period while waiting (default\n"
 "                       10000; 0 = never)\n"
+"  GPUMUTEX_GIVE_BACK_MS  how long a process without a context keeps its\n"
+"                       lease (default 1000)\n"
 "  LD_PRELOAD           the library is put first, before any existing\n"
 "                       entries\n"
 "\n"
@@ -307,12 +315,13 @@ int gm_run_main(int argc, char **argv)
 	gm_uuid_dlsym(dlsym); /* GPUs named by UUID (src/lease/uuid.c) */
 	static const char *const names[] = { "--visible-devices",
 					     "--num-devices", "--lock-dir",
-					     "--timeout" };
+					     "--timeout", "--idle-suspend" };
 	static const char *const vars[] = { "GPUMUTEX_VISIBLE_DEVICES",
 					    "GPUMUTEX_NUM_DEVICES",
 					    "GPUMUTEX_LOCK_DIR",
-					    "GPUMUTEX_TIMEOUT" };
-	const char *flag[4] = { NULL, NULL, NULL, NULL };
+					    "GPUMUTEX_TIMEOUT",
+					    "GPUMUTEX_IDLE_SUSPEND_MS" };
+	const char *flag[5] = { NULL, NULL, NULL, NULL, NULL };
 	char err[GM_ERR_MAX], lib[PATH_MAX], job[GM_JOB_MAX + 1];
 	char inherited[GM_JOB_MAX + 1] = "";
 	int devices[GM_MAX_DEVICES], ndevices = 0, want, q, i, rc;
@@ -348,7 +357,7 @@ int gm_run_main(int argc, char **argv)
 				return usage_error("%s", err);
 			continue;
 		}
-		for (k = 0; k < 4 && !got; k++) {
+		for (k = 0; k < 5 && !got; k++) {
 			got = take(names[k], argc, argv, &i, &flag[k]);
 			if (got < 0)
 				return usage_error("%s needs a value", names[k]);
@@ -390,11 +399,26 @@ int gm_run_main(int argc, char **argv)
 					  &timeout, err, sizeof err))
 			return usage_error("%s", err);
 	}
+	{
+		/* Millisecond settings the library reads (0 to a day): a
+		 * malformed one would make COMMAND's cuInit fail, so it is
+		 * refused here, before COMMAND runs. */
+		const char *t = flag[4] ? flag[4] : getenv(vars[4]);
+		int ms;
+
+		if (t && gm_parse_recheck_ms(flag[4] ? names[4] : vars[4], t,
+					     &ms, err, sizeof err))
+			return usage_error("%s", err);
+		t = getenv("GPUMUTEX_GIVE_BACK_MS");
+		if (t && gm_parse_recheck_ms("GPUMUTEX_GIVE_BACK_MS", t, &ms,
+					     err, sizeof err))
+			return usage_error("%s", err);
+	}
 	rc = find_library(lib, sizeof lib);
 	if (rc)
 		return rc;
 
-	for (int k = 0; k < 4; k++)
+	for (int k = 0; k < 5; k++)
 		if (flag[k] && setenv(vars[k], flag[k], 1) != 0)
 			goto nomem;
 	if (quiet && setenv("GPUMUTEX_QUIET", quiet, 1) != 0)

@@ -126,6 +126,7 @@ static void print_text(FILE *f, const char *dir, const struct gm_state *st,
 			st->nunmanaged == 1 ? "it" : "them");
 	}
 	print_no_context(f, st, nv);
+	gm_status_idle_text(f, dir, st); /* idle suspension (idle.c) */
 	fprintf(f, "\n");
 	if (st->nwaiters == 0) {
 		fprintf(f, "Queue: empty\n");
@@ -216,6 +217,7 @@ static void print_json(FILE *f, const char *dir, const struct gm_state *st,
 		fprintf(f, ", \"start\": %.3f, \"held_s\": %.3f", secs(l->start_ns),
 			secs(st->now_ns - l->start_ns));
 		ctx = gm_nvml_lease_context(nv, l);
+		gm_status_idle_lease_json(f, dir, st, l);
 		fprintf(f, ", \"context\": %s}", ctx > 0 ? "true" : ctx == 0 ? "false" : "null");
 	}
 	fprintf(f, "], \"queue\": [");
@@ -242,6 +244,7 @@ static void print_json(FILE *f, const char *dir, const struct gm_state *st,
 			secs(st->now_ns - w->since_ns));
 	}
 	fprintf(f, "]");
+	gm_status_idle_json(f, dir, st); /* idle suspension (idle.c) */
 	gm_status_nvml_json(f, st, nv); /* NVML (nvml.c) */
 	fprintf(f, "}\n");
 }

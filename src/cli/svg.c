@@ -327,6 +327,23 @@ static void row(FILE *f, const struct gm_report *r, const struct geo *g,
 				X(g, a0), y, X(g, a1) - X(g, a0) < 1 ? 1 : X(g, a1) - X(g, a0), ROW);
 		}
 	}
+	/* Idle suspensions (report_susp.c): a dark band along the bottom of
+	 * the row while a job that held the GPU was suspended and others
+	 * could use it. */
+	for (int i = 0; i < L->nev; i++) {
+		const struct gm_ev *e = &L->ev[i];
+		int64_t b;
+
+		if (e->kind != EV_SUSPEND || !(e->dev & bit) || e->t >= g->to)
+			continue;
+		b = gm_report_susp_end(L, i, g->to);
+		if (b <= g->from)
+			continue;
+		fprintf(f, "<rect class=\"suspended\" x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"4\" fill=\"#333\" fill-opacity=\"0.7\"><title>job %s (pid %d) suspended while idle: its GPU memory in host memory, the GPU given to waiters</title></rect>\n",
+			X(g, e->t), y + ROW - 4,
+			X(g, b) - X(g, e->t) < 1 ? 1 : X(g, b) - X(g, e->t),
+			e->job, e->pid);
+	}
 	fprintf(f, "</g>\n");
 }
 

@@ -32,6 +32,7 @@ static const char *const key_names[GM_CONF_NKEYS] = {
 	[GM_CONF_QUIET] = "quiet",
 	[GM_CONF_RECHECK_MS] = "recheck_ms",
 	[GM_CONF_ENFORCE] = "enforce",
+	[GM_CONF_IDLE_SUSPEND_MS] = "idle_suspend_ms",
 };
 
 const char *gm_conf_key_name(int key)
@@ -79,6 +80,7 @@ static int check_value(struct gm_conf *c, int k, const char *v, char *err,
 	case GM_CONF_TIMEOUT:
 		return gm_parse_timeout(key_names[k], v, &t, err, errlen);
 	case GM_CONF_RECHECK_MS:
+	case GM_CONF_IDLE_SUSPEND_MS: /* the same range: 0 (never) to a day */
 		return gm_parse_recheck_ms(key_names[k], v, &n, err, errlen);
 	default: /* quiet, enforce */
 		if (parse_bool(v, &b))
@@ -144,7 +146,7 @@ int gm_conf_parse(const char *path, char *text, size_t len,
 		}
 		if (kend == key || *v != '=') {
 			rc = gm__fail(-EINVAL, err, errlen,
-				      "%s line %d: \"%s\" is not a setting; expected \"key = value\" (keys: visible_devices, num_devices, lock_dir, timeout, quiet, recheck_ms, enforce) or a # comment",
+				      "%s line %d: \"%s\" is not a setting; expected \"key = value\" (keys: visible_devices, num_devices, lock_dir, timeout, quiet, recheck_ms, idle_suspend_ms, enforce) or a # comment",
 				      path, lineno, line);
 			break;
 		}
@@ -157,7 +159,7 @@ int gm_conf_parse(const char *path, char *text, size_t len,
 				break;
 		if (k == GM_CONF_NKEYS) {
 			rc = gm__fail(-EINVAL, err, errlen,
-				      "%s line %d: unknown key \"%s\"; expected one of visible_devices, num_devices, lock_dir, timeout, quiet, recheck_ms, enforce",
+				      "%s line %d: unknown key \"%s\"; expected one of visible_devices, num_devices, lock_dir, timeout, quiet, recheck_ms, idle_suspend_ms, enforce",
 				      path, lineno, key);
 			break;
 		}
@@ -545,6 +547,16 @@ int gm_config_resolve_at(const char *system_path, struct gm_config *cfg,
 	}
 	rc = resolve(cfg, info, &c, secure, why, err, errlen);
 	free(why);
+	info->idle_suspend_file_ms = UINT32_MAX;
+	if (c.val[GM_CONF_IDLE_SUSPEND_MS]) {
+		int ms;
+		char e[GM_ERR_MAX];
+
+		if (gm_parse_recheck_ms("idle_suspend_ms",
+					c.val[GM_CONF_IDLE_SUSPEND_MS], &ms, e,
+					sizeof e) == 0)
+			info->idle_suspend_file_ms = (unsigned)ms;
+	}
 	if (rc == 1 && (flags & GM_RESOLVE_INSTALLED))
 		rc = gm__fail(-EINVAL, err, errlen,
 			      "this library was installed machine-wide (%s) but %s names no GPUs (no visible_devices)%s; add visible_devices to %s",

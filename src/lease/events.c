@@ -531,6 +531,13 @@ void gm__ev_acquired(struct acq *a, int rc, const struct gm_lease *out)
 int gm_event_append(const char *lock_dir, const char *event,
 		    const char *fields, char *err, size_t errlen)
 {
+	return gm_event_append_job(lock_dir, event, "-", fields, err, errlen);
+}
+
+int gm_event_append_job(const char *lock_dir, const char *event,
+			const char *job, const char *fields, char *err,
+			size_t errlen)
+{
 	struct gm__dir d;
 	int rc;
 
@@ -544,7 +551,7 @@ int gm_event_append(const char *lock_dir, const char *event,
 	if (rc == -ETIMEDOUT)
 		rc = gm__fail(rc, err, errlen, "the lock directory's counter stayed locked");
 	if (rc == 0)
-		gm__ev_write(d.user, event, "-", fields);
+		gm__ev_write(d.user, event, job, fields);
 	gm__dir_close(&d);
 	return rc;
 }

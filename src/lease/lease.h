@@ -62,7 +62,8 @@ int gm_config_from_env(struct gm_config *cfg, char *err, size_t errlen);
  * GM_SYSTEM_CONFIG is fixed at build time; only a test build may change it.
  * Format: "key = value" lines, '#' comments (a line starting with '#', or
  * from a '#' after a blank to the end of the line), keys visible_devices,
- * num_devices, lock_dir, timeout, quiet, recheck_ms (values as for the
+ * num_devices, lock_dir, timeout, quiet, recheck_ms, idle_suspend_ms
+ * (values as for the
  * GPUMUTEX_* variables; quiet also yes/no) and enforce = yes|no.
  */
 #ifndef GM_SYSTEM_CONFIG
@@ -79,7 +80,7 @@ int gm_config_from_env(struct gm_config *cfg, char *err, size_t errlen);
 enum {
 	GM_CONF_VISIBLE_DEVICES, GM_CONF_NUM_DEVICES, GM_CONF_LOCK_DIR,
 	GM_CONF_TIMEOUT, GM_CONF_QUIET, GM_CONF_RECHECK_MS, GM_CONF_ENFORCE,
-	GM_CONF_NKEYS
+	GM_CONF_IDLE_SUSPEND_MS, GM_CONF_NKEYS
 };
 
 /* A parsed file: val[k] points into text (NULL: key absent), line[k] is
@@ -102,6 +103,10 @@ struct gm_conf_info {
 	int from_env;       /* some setting came from the environment */
 	char file[512];     /* the file whose settings apply ("" none) */
 	char notes[1024];   /* settings refused under enforce, "; "-joined */
+	/* The file's idle_suspend_ms (UINT32_MAX: absent): the default, and
+	 * with enforce a ceiling that GPUMUTEX_IDLE_SUSPEND_MS may only lower
+	 * (the preload library applies it: src/preload/suspend.c). */
+	unsigned idle_suspend_file_ms;
 };
 
 /* "visible_devices" for GM_CONF_VISIBLE_DEVICES, ...; NULL if unknown. */
@@ -503,6 +508,50 @@ int gm_state_read_holders(const char *lock_dir, const int *devices,
 			  int ndevices, struct gm_state *st, char *err,
 			  size_t errlen);
 void gm_state_free(struct gm_state *st);
+
+/* ---- Activity and idle suspension (src/lease/activity.c) ---------------- */
+
+/* Longest published line, bytes (the file is padded to it). */
+#define GM_ACT_LINE 512
+
+/* What one member process published (gm_activity_read). */
+struct gm_activity {
+	pid_t pid;
+	uid_t uid;
+	uint64_t lease_id;            /* the lease it holds or last held */
+	char job[GM_JOB_MAX + 1];
+	char state[16];               /* active, idle, suspended */
+	int64_t idle_since_ns;        /* CLOCK_REALTIME of its last GPU call
+	                               * (0: active now) */
+	int64_t since_ns;             /* suspended since (CLOCK_REALTIME) */
+	uint64_t mem;                 /* device memory checkpointed, bytes */
+	char why[16];                 /* why it was not suspended ("-") */
+	int devices[GM_MAX_DEVICES];  /* its lease's devices */
+	int ndevices;
+};
+
+/*
+ * Publish this process's activity line (at most GM_ACT_LINE - 1 bytes,
+ * "gm1act pid= lease= job= state= idle_since= since= mem= why= devs=")
+ * as job/<user>/act.<pid> in `lock_dir`, replacing the previous one in
+ * place. 0 or -errno with a message. For the preload library.
+ */
+int gm_activity_publish(const char *lock_dir, const char *line, char *err,
+			size_t errlen);
+
+/*
+ * Every published activity line of every user in `lock_dir` (*out
+ * malloc'ed, *n of them; free it), from files owned by the user whose
+ * directory holds them. Lines of dead processes are returned too: the
+ * caller matches them to live leases and PIDs. 0 or -errno.
+ */
+int gm_activity_read(const char *lock_dir, struct gm_activity **out, int *n,
+		     char *err, size_t errlen);
+
+/* gm_event_append with the record's job= field set to `job`. */
+int gm_event_append_job(const char *lock_dir, const char *event,
+			const char *job, const char *fields, char *err,
+			size_t errlen);
 
 /* ---- Leases that are given back (gpu-offload) ------------------------- */
 

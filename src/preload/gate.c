@@ -11,6 +11,12 @@
  *       -> HELD  (lease held: taken in cuInit for a pool, or later)
  *       -> SHUT  (fail closed; gate_code is returned from every cuInit and
  *                 every wrapped driver call).
+ *       -> GOING (HELD while the helper thread checkpoints the process,
+ *                 under gate_lock: every wrapped call waits for gate_lock)
+ *       -> SUSP  (checkpointed through the driver and lease let go after
+ *                 GPUMUTEX_IDLE_SUSPEND_MS idle while another job waited:
+ *                 suspend.c; the next wrapped call queues, restores,
+ *                 and goes back to HELD)
  *   DEFER -> HELD at the first device call; HELD -> DEFER when the
  *   process gives its lease back (no context for GPUMUTEX_GIVE_BACK_MS);
  *   HELD -> EXIT when it gives it back at exit before its teardown
@@ -48,8 +54,11 @@
 #include "pyenv.h"
 #include "gatepriv.h"
 #include "wrap.h"
+#include "suspend.h"
+#include "activity.h"
 
-enum { ST_NEW, ST_BUSY, ST_OPEN, ST_SHUT, ST_DEFER, ST_HELD, ST_EXIT };
+enum { ST_NEW, ST_BUSY, ST_OPEN, ST_SHUT, ST_DEFER, ST_HELD, ST_SUSP,
+       ST_GOING, ST_EXIT };
 
 static pthread_mutex_t gate_lock = PTHREAD_MUTEX_INITIALIZER;
 static int gate_state;
@@ -74,61 +83,6 @@ static __attribute__((tls_model("initial-exec"))) _Thread_local int gate_in;
 /* Values handed to Python; written once, before they are published. */
 static char env_cvd[GM_MAX_DEVICES * 4];
 static char env_job[GM_JOB_MAX + 1];
-
-/* Longest message line, and the one used when there is no memory for it. */
-#define SAY_MAX 2048
-#define SAY_SMALL 256
-
-void gmp_say(const char *fmt, ...)
-{
-	/* The line is on the heap: cuInit may run on a thread with a 16 KiB
-	 * stack (Go, some JVMs and thread pools make such threads), and
-	 * gmp_say is called from several threads without a lock. Without
-	 * memory, a shorter line on the stack. */
-	char small[SAY_SMALL];
-	char *heap = malloc(SAY_MAX), *line = heap ? heap : small;
-	size_t cap = heap ? SAY_MAX : SAY_SMALL;
-	int saved = errno, n;
-	size_t len;
-	va_list ap;
-
-	memcpy(line, "gpumutex: ", 10);
-	va_start(ap, fmt);
-	n = vsnprintf(line + 10, cap - 11, fmt, ap);
-	va_end(ap);
-	if (n < 0)
-		n = 0;
-	len = 10 + ((size_t)n < cap - 12 ? (size_t)n : cap - 12);
-	line[len++] = '\n';
-	/* One write: lines from processes that share the terminal do not
-	 * interleave mid-line. SIGPIPE is blocked around it: a process whose
-	 * stderr is a pipe nobody reads any more (`prog 2>&1 | head -1`) must
-	 * not be killed by our message. A SIGPIPE our write raises is taken
-	 * back before the mask is restored, one that was already pending is
-	 * left for the host. */
-	{
-		sigset_t pipe_set, old, pending;
-		int was_pending, r;
-
-		sigemptyset(&pipe_set);
-		sigaddset(&pipe_set, SIGPIPE);
-		/* sigprocmask, not pthread_sigmask (GLIBC_2.32, or
-		 * libpthread before): on Linux it masks the calling thread. */
-		sigprocmask(SIG_BLOCK, &pipe_set, &old);
-		was_pending = sigpending(&pending) == 0 &&
-			      sigismember(&pending, SIGPIPE) == 1;
-		do
-			r = (int)write(2, line, len);
-		while (r < 0 && errno == EINTR);
-		if (r < 0 && errno == EPIPE && !was_pending) {
-			struct timespec zero = { 0, 0 };
-			sigtimedwait(&pipe_set, NULL, &zero);
-		}
-		sigprocmask(SIG_SETMASK, &old, NULL);
-	}
-	free(heap);
-	errno = saved;
-}
 
 int gmp_gate_busy(void)
 {
@@ -164,6 +118,7 @@ static void atfork_child(void)
 
 	memcpy(&gate_lock, &fresh, sizeof fresh);
 	gmp_wrap_atfork_child();
+	gmp_susp_atfork_child();
 	/* An inherited lease is kept until the child exits: the child has
 	 * no helper thread, and it shares the parent's descriptions. */
 	gate_own = 0;
@@ -175,6 +130,15 @@ static void atfork_child(void)
 		 * NEW. */
 		gm_lease_forget_inflight();
 		state_set(ST_NEW);
+	} else if (st == ST_GOING) {
+		/* Forked while the parent's helper thread was suspending it:
+		 * the child shares the lease's descriptions, and keeps them
+		 * (it has no helper thread), as a child forked in HELD. */
+		state_set(ST_HELD);
+	} else if (st == ST_SUSP) {
+		/* The parent's GPU state is checkpointed and its lease gone:
+		 * the child's own next device call queues afresh. */
+		state_set(ST_DEFER);
 	} else if (st == ST_DEFER) {
 		/* Forked while another thread was taking the lease at its
 		 * first device call (that happens in DEFER, under gate_lock):
@@ -222,6 +186,7 @@ static int take(const char *call)
 
 	ctx.cfg = &gate_cfg;
 	ctx.call = call;
+	ctx.suspended_ms = gmp_susp_suspended_ms();
 	memset(&hooks, 0, sizeof hooks);
 	hooks.on_wait = gmp_on_wait;
 	hooks.arg = &ctx;
@@ -299,6 +264,9 @@ static int gate_run(int *py, int *next)
 		}
 		gate_give_back_ms = (unsigned)v;
 	}
+	if (gmp_susp_configure(conf_info.idle_suspend_file_ms,
+			       conf_info.enforce))
+		return GMP_CUDA_ERROR_INVALID_VALUE;
 	/* A launcher's placeholder (a pool's count for device queries) is
 	 * no narrowing: the process queues for the whole pool. */
 	cvd = gmp_user_cvd();
@@ -374,6 +342,7 @@ static int gate_run(int *py, int *next)
 		cfg->ndevices = n;
 		*next = ST_HELD;
 		gmp_wrap_giveback_arm(gate_give_back_ms);
+		gmp_susp_arm(cfg, &gate_lease);
 	}
 	/* PCI_BUS_ID: CUDA's default order (fastest first) can differ
 	 * between machines' GPUs, and an index must mean the same GPU in
@@ -475,6 +444,66 @@ int gmp_gate_code(void)
 	return gate_code ? gate_code : GMP_CUDA_ERROR_NO_DEVICE;
 }
 
+/* ---- Idle suspension (suspend.c) ---------------------------------------------- */
+
+/* resume's "fail this call only" (not a CUresult). */
+#define GMP_RESUME_RETRY (-2)
+static int64_t resume_t0;
+
+/*
+ * The first wrapped call after a suspension, under gate_lock: queue for
+ * the same GPUs as a new claim (a fresh ticket: behind whoever queued
+ * meanwhile, first come first served, so neither side starves), then
+ * restore and unlock. 0, GMP_RESUME_RETRY, or a sticky CUDA error when
+ * the driver would not restore.
+ */
+static int resume(const char *call)
+{
+	resume_t0 = gmp_mono_ms();
+	if (take(call))
+		return GMP_RESUME_RETRY;
+	if (gmp_susp_restore()) {
+		gm_lease_release(&gate_lease);
+		gate_own = 0;
+		return GMP_CUDA_ERROR_NO_DEVICE;
+	}
+	return 0;
+}
+
+int gmp_gate_holds(void)
+{
+	return __atomic_load_n(&gate_state, __ATOMIC_ACQUIRE) == ST_HELD &&
+	       gate_own;
+}
+
+int gmp_gate_suspend(long seen, const char **why)
+{
+	int rc = -1;
+
+	pthread_mutex_lock(&gate_lock);
+	if (__atomic_load_n(&gate_state, __ATOMIC_ACQUIRE) == ST_HELD &&
+	    gate_own) {
+		/* From here no call goes straight to the driver: each takes
+		 * the slow path, which waits for gate_lock. */
+		state_set(ST_GOING); /* and gmp_go 0 */
+		gate_in = 1;
+		rc = gmp_susp_checkpoint(seen, why);
+		if (rc == 0) {
+			/* Checkpointed: nothing of ours is on the GPUs. The
+			 * lease ends when its last member lets go. */
+			gm_lease_release(&gate_lease);
+			gate_own = 0;
+			state_set(ST_SUSP);
+			gmp_susp_done(&gate_lease);
+		} else {
+			state_set(ST_HELD);
+		}
+		gate_in = 0;
+	}
+	pthread_mutex_unlock(&gate_lock);
+	return rc;
+}
+
 int gmp_gate_work(const char *call)
 {
 	return gmp_gate_work_counted(call, NULL);
@@ -510,11 +539,16 @@ int gmp_gate_work_counted(const char *call, int *inflight)
 		if (inflight)
 			__atomic_add_fetch(inflight, 1, __ATOMIC_SEQ_CST);
 		code = inflight ? GMP_GATE_COUNTED : 0;
-	} else if (st == ST_DEFER || st == ST_EXIT) {
+	} else if (st == ST_DEFER || st == ST_EXIT || st == ST_SUSP) {
 		gate_in = 1;
-		code = take(call);
+		code = st == ST_SUSP ? resume(call) : take(call);
 		gate_in = 0;
-		if (code) {
+		if (code == GMP_RESUME_RETRY) {
+			/* A resume that timed out (GPUMUTEX_TIMEOUT) or could
+			 * not queue: this call fails, the next one tries
+			 * again; the state stays checkpointed. */
+			code = GMP_CUDA_ERROR_NO_DEVICE;
+		} else if (code) {
 			gate_code = code;
 			state_set(ST_SHUT);
 		} else {
@@ -527,6 +561,10 @@ int gmp_gate_work_counted(const char *call, int *inflight)
 				__atomic_add_fetch(inflight, 1,
 						   __ATOMIC_SEQ_CST);
 			gmp_wrap_giveback_arm(gate_give_back_ms);
+			gmp_susp_arm(&gate_cfg, &gate_lease);
+			if (st == ST_SUSP)
+				gmp_susp_resumed(&gate_lease,
+						 gmp_mono_ms() - resume_t0);
 			code = inflight ? GMP_GATE_COUNTED : 0;
 		}
 	} else if (__atomic_load_n(&gate_state, __ATOMIC_ACQUIRE) == ST_SHUT) {

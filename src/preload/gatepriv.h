@@ -11,6 +11,7 @@
 struct wait_ctx {
 	const struct gm_config *cfg;
 	const char *call; /* the first device call, or NULL: in cuInit */
+	int64_t suspended_ms; /* >= 0: a resume, suspended this long */
 };
 
 /*

@@ -151,7 +151,14 @@ void gmp_on_wait(void *arg, const struct gm_wait_info *w)
 		/* A bound: counting exactly would cost a look at every ticket,
 		 * and this line must cost the same however long the queue. */
 		append(line, len, &off, "up to %d ahead)", w->ahead);
-	if (ctx->call)
+	if (ctx->suspended_ms >= 0) {
+		/* A resume: the detail (memory, why) is in `gpumutex status`. */
+		duration_format(wb.dur, sizeof wb.dur,
+				ctx->suspended_ms * (int64_t)1000000);
+		snprintf(wb.tail, sizeof wb.tail,
+			 "; suspended while idle %s ago, it waits at %s for its own GPUs",
+			 wb.dur, ctx->call ? ctx->call : "cuInit");
+	} else if (ctx->call)
 		snprintf(wb.tail, sizeof wb.tail, "; it waits at its first GPU call (%s)",
 			 ctx->call);
 	else /* a pool: docs/preload.md, "Device queries in PyTorch" */

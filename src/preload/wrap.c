@@ -39,6 +39,7 @@
 
 #include "gate.h"
 #include "wrap.h"
+#include "activity.h"
 
 int gmp_go;
 unsigned char gmp_doubt;
@@ -158,6 +159,8 @@ void *gmp_wrap_enter(unsigned i, int kind)
 	int saved = errno, plain, code;
 	void *t = target(i, kind, &plain);
 
+	/* A call start, and in flight until gmp_wrap_leave (activity.h). */
+	gmp_act_begin();
 	if (!t || plain) {
 		__atomic_add_fetch(&ctx_inflight, 1, __ATOMIC_SEQ_CST);
 		errno = saved;
@@ -221,6 +224,7 @@ int gmp_wrap_leave(unsigned i, int rc, int kind)
 	if (rc == 0 && cls == GMP_W_CTX_DEL)
 		__atomic_sub_fetch(&ctx_count, 1, __ATOMIC_SEQ_CST);
 	__atomic_sub_fetch(&ctx_inflight, 1, __ATOMIC_SEQ_CST);
+	gmp_act_end();
 	if (rc == 0 && (cls == GMP_W_CTX_DEL || cls == GMP_W_PCTX_DEL))
 		gmp_gate_context_gone();
 	errno = saved;

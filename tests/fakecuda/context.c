@@ -92,6 +92,7 @@ static CUresult fc_ctx_create(CUcontext *pctx, unsigned int flags, CUdevice dev)
 {
     struct fc_ctx *c;
     FC_NEED_INIT();
+    FC_WORK();
     if (!pctx)
         return FC_ERROR_INVALID_VALUE;
     FC_NEED_DEV(dev);
@@ -143,6 +144,7 @@ CUresult cuCtxDestroy_v2(CUcontext ctx)
     struct fc_ctx **pp;
     int i;
     FC_NEED_INIT();
+    FC_WORK();
     if (!ctx)
         return FC_ERROR_INVALID_VALUE;
     pthread_mutex_lock(&fc_lock);
@@ -204,6 +206,7 @@ CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev)
 {
     CUresult rc = FC_SUCCESS;
     FC_NEED_INIT();
+    FC_WORK();
     FC_NEED_DEV(dev);
     pthread_mutex_lock(&fc_lock);
     if (fc_primary_refs[dev] == 0)
@@ -224,6 +227,7 @@ CUresult cuDevicePrimaryCtxRelease(CUdevice dev)
 CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev)
 {
     FC_NEED_INIT();
+    FC_WORK();
     FC_NEED_DEV(dev);
     pthread_mutex_lock(&fc_lock);
     if (fc_primary_refs[dev] > 0)
@@ -353,6 +357,7 @@ CUresult cuCtxSynchronize_v2(CUcontext ctx)
 {
     CUresult rc = FC_SUCCESS;
     FC_NEED_INIT();
+    FC_WORK();
     pthread_mutex_lock(&fc_lock);
     if (!ctx)
         ctx = fc_cur_live();
@@ -377,6 +382,7 @@ CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytes)
     struct fc_alloc *a;
     CUresult rc = FC_SUCCESS;
     FC_NEED_INIT();
+    FC_WORK();
     if (!dptr)
         return FC_ERROR_INVALID_VALUE;
     pthread_mutex_lock(&fc_lock);
@@ -412,6 +418,7 @@ CUresult cuMemFree_v2(CUdeviceptr dptr)
     struct fc_alloc **pp, *a;
     CUresult rc = FC_ERROR_INVALID_VALUE;
     FC_NEED_INIT();
+    FC_WORK();
     if (dptr == 0)
         return FC_SUCCESS;
     pthread_mutex_lock(&fc_lock);
@@ -435,6 +442,7 @@ CUresult cuMemGetInfo_v2(size_t *free_bytes, size_t *total_bytes)
     struct fc_ctx *c;
     CUresult rc = FC_SUCCESS;
     FC_NEED_INIT();
+    FC_WORK();
     if (!free_bytes || !total_bytes)
         return FC_ERROR_INVALID_VALUE;
     pthread_mutex_lock(&fc_lock);
@@ -462,6 +470,7 @@ CUresult cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz,
     (void)f; (void)gx; (void)gy; (void)gz; (void)bx; (void)by; (void)bz;
     (void)shmem; (void)stream; (void)params; (void)extra;
     FC_NEED_INIT();
+    FC_WORK();
     pthread_mutex_lock(&fc_lock);
     c = fc_cur_live();
     if (!c)

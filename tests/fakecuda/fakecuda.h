@@ -80,7 +80,12 @@ typedef struct { unsigned char bytes[16]; } CUuuid;
     FC_IMPL(cuMemGetInfo_v2) \
     FC_IMPL(cuLaunchKernel) \
     FC_IMPL(cuLaunchKernel_ptsz) \
-    FC_IMPL(cuGetExportTable)
+    FC_IMPL(cuGetExportTable) \
+    FC_IMPL(cuCheckpointProcessGetState) \
+    FC_IMPL(cuCheckpointProcessLock) \
+    FC_IMPL(cuCheckpointProcessCheckpoint) \
+    FC_IMPL(cuCheckpointProcessRestore) \
+    FC_IMPL(cuCheckpointProcessUnlock)
 
 /* Exported as GNU indirect functions (so FAKECUDA_HIDE_GETPROCADDRESS can make
  * dlsym miss them); listed separately because the lookup table must not take
@@ -134,6 +139,11 @@ CUresult cuLaunchKernel_ptsz(void *f, unsigned gx, unsigned gy, unsigned gz,
                              unsigned bx, unsigned by, unsigned bz,
                              unsigned shmem, void *stream, void **params,
                              void **extra);
+CUresult cuCheckpointProcessGetState(int pid, int *state);
+CUresult cuCheckpointProcessLock(int pid, void *args);
+CUresult cuCheckpointProcessCheckpoint(int pid, void *args);
+CUresult cuCheckpointProcessRestore(int pid, void *args);
+CUresult cuCheckpointProcessUnlock(int pid, void *args);
 /* Internal: a stub was called (generated stubs.c): with FAKECUDA_STUB_LOG
  * set, append its name and pid to that file. */
 void fc_stub_called(const char *name);

@@ -67,7 +67,22 @@ void fc_journal_dev(const char *ev, int phys) FC_HIDDEN;
 void fc_use_inc(int phys) FC_HIDDEN;
 void fc_use_dec(int phys) FC_HIDDEN;
 
+/* Under fc_lock: live contexts (journal.c) on `phys`. */
+int fc_use_count(int phys) FC_HIDDEN;
+
+/* ---- checkpoint.c */
+
+/* Around every functional call (context.c, FC_WORK): blocks while the
+ * process is locked or checkpointed, and counts the call in flight. */
+void fc_work_enter(void) FC_HIDDEN;
+void fc_work_leave(void) FC_HIDDEN;
+static inline void fc_work_cleanup(int *unused) { (void)unused; fc_work_leave(); }
+#define FC_WORK() fc_work_enter(); \
+    __attribute__((cleanup(fc_work_cleanup))) int fc_work_scope_ = 0; \
+    (void)fc_work_scope_
+
 /* ---- context.c */
+
 
 /* Under fc_lock, in the first cuInit once fc_nvis and fc_vis are set:
  * the primary contexts of the visible devices. */

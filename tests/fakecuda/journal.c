@@ -89,6 +89,11 @@ void fc_journal_dev(const char *ev, int phys)
     fc_journal("ev=%s pid=%d job=%s dev=%d t=%llu", ev, (int)getpid(), job, phys, fc_now_ns());
 }
 
+int fc_use_count(int phys)
+{
+    return fc_use[phys];
+}
+
 void fc_use_inc(int phys)
 {
     if (fc_use[phys]++ == 0) {

@@ -34,7 +34,7 @@ FAKECUDA_SELFTEST := $(FAKECUDA_BUILD)/selftest
 # memory; journal.c, the journal; procaddr.c, cuGetProcAddress; fcint.h
 # what they share) and the generated stubs.
 FAKECUDA_SRCS     := $(addprefix $(FAKECUDA_DIR)/,fakecuda.c context.c journal.c procaddr.c \
-                     sharedmem.c)
+                     sharedmem.c checkpoint.c)
 FAKECUDA_OBJS     := $(patsubst $(FAKECUDA_DIR)/%.c,$(FAKECUDA_BUILD)/%.o,$(FAKECUDA_SRCS)) \
                      $(FAKECUDA_BUILD)/stubs.o
 

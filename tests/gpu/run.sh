@@ -40,6 +40,10 @@ OUTDIR=${1:-build/gpu-check}
 PY=${GPU_PYTHON:-python3}
 NVCC=${NVCC:-/usr/local/cuda/bin/nvcc}
 SCENARIOS=${GPU_SCENARIOS:-1 2 3 4 5 6}
+# These scenarios prove queueing and exclusion with holders that idle on
+# purpose while others wait: idle suspension (tests/gpu/suspend.sh tests
+# it) would serve those waiters early, so it is off here unless asked for.
+export GPUMUTEX_IDLE_SUSPEND_MS=${GPUMUTEX_IDLE_SUSPEND_MS:-0}
 B=$REPO/build/gpu
 RUN=$REPO/build/gpumutex-run
 mkdir -p "$OUTDIR" "$B" && OUTDIR=$(cd "$OUTDIR" && pwd) || exit 1

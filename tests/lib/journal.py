@@ -17,6 +17,9 @@ processes of one machine). Events:
   tick   pid job dev [lease]   was using it at time t
   end    pid job dev [lease]   stopped using it
   fail   pid job rc            acquire failed
+  ckpt   pid job dev           the fake driver checkpointed the process's
+                               memory on `dev` (it no longer holds it)
+  restore pid job dev          ... and restored it (it holds it again)
 
 Holding is proven by begin/tick/end points: if two jobs have points on one
 device whose spans interleave, both held it at once.
@@ -64,7 +67,7 @@ def holdings(events):
     not mistaken for one long holding."""
     points = collections.defaultdict(list)
     for e in events:
-        if e["ev"] in ("begin", "tick", "end"):
+        if e["ev"] in ("begin", "tick", "end", "ckpt", "restore"):
             owner = e.get("lease") or e.get("job")
             points[(int(e["dev"]), owner)].append((e.t, e))
     for v in points.values():
@@ -72,16 +75,52 @@ def holdings(events):
     return points
 
 
+def _segments(pts):
+    """Split one owner's points of use on a device into the stretches it
+    held the device: each process's points from one use to its checkpoint
+    ("ckpt" ends a stretch; its next point, a restore, starts another),
+    then the stretches of the owner's processes merged where they meet."""
+    per_pid = collections.defaultdict(list)
+    for t, e in pts:
+        per_pid[e["pid"]].append((t, e))
+    segs = []
+    for pid, pp in per_pid.items():
+        cur = None
+        for t, e in pp:
+            if cur is None and e["ev"] == "end":
+                # The exit of a checkpointed process: it used nothing.
+                continue
+            if cur is None:
+                cur = [t, t, pid]
+            cur[1] = t
+            if e["ev"] == "ckpt":
+                segs.append(cur)
+                cur = None
+        if cur is not None:
+            segs.append(cur)
+    segs.sort()
+    merged = []
+    for s in segs:
+        if merged and s[0] <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], s[1])
+        else:
+            merged.append(list(s))
+    return merged
+
+
 def check_exclusive(events):
     """Raise AssertionError if two owners used one device at the same time.
 
-    For each device, every owner's points of use span [first, last]. A
-    killed process simply stops writing, so its span ends at its last point,
-    which it really held: the check stays sound without knowing when it
-    died. Two spans on one device must not overlap."""
+    For each device, every owner's points of use span [first, last], cut
+    where a process of it was checkpointed (from "ckpt" to its "restore"
+    it held nothing). A killed process simply stops writing, so its span
+    ends at its last point, which it really held: the check stays sound
+    without knowing when it died. Two spans on one device must not
+    overlap."""
     spans = collections.defaultdict(list)
     for (dev, owner), pts in holdings(events).items():
-        spans[dev].append((pts[0][0], pts[-1][0], owner, pts[0][1]["pid"]))
+        for b, e, pid in _segments(pts):
+            spans[dev].append((b, e, owner, pid))
     for dev, ss in spans.items():
         ss.sort()
         latest = None  # the span reaching furthest so far

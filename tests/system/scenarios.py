@@ -151,7 +151,7 @@ def setup():
          f"-I{fc}", f"-DFAKECUDA_DEFAULT_JOURNAL=\"{JOURNAL}\"",
          "-o", "/usr/local/lib/libcuda.so.1", f"{fc}/fakecuda.c",
          f"{fc}/context.c", f"{fc}/journal.c", f"{fc}/procaddr.c",
-         f"{fc}/sharedmem.c",
+         f"{fc}/sharedmem.c", f"{fc}/checkpoint.c",
          "/tmp/stubs.c", "-Wl,-soname,libcuda.so.1",
          f"-Wl,--version-script={fc}/exports.map", "-Wl,-Bsymbolic", "-ldl")
     must("cc", "-O2", "-fPIC", "-shared", "-o",

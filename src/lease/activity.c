@@ -1,0 +1,196 @@
+/*
+ * activity.c - what each member process of a lease publishes about its GPU
+ * activity (the preload library's idle-suspension thread writes it, `gpumutex
+ * status` reads it): one small file per process, job/<user>/act.<pid>, one
+ * line "gm1act key=value ...", replaced in place on each change.
+ */
+#define _GNU_SOURCE
+#include <dirent.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "internal.h"
+#include "lease.h"
+
+int gm_activity_publish(const char *lock_dir, const char *line, char *err,
+			size_t errlen)
+{
+	struct gm__dir d;
+	char name[32];
+	int rc, fd;
+
+	rc = gm__dir_open(lock_dir, 0, &d, err, errlen);
+	if (rc)
+		return rc;
+	rc = gm__user_dir_find(&d, err, errlen);
+	if (rc == 0) {
+		snprintf(name, sizeof name, "act.%d", (int)getpid());
+		fd = openat(d.user, name,
+			    O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0644);
+		if (fd < 0) {
+			rc = gm__fail(-errno, err, errlen, "cannot write job/%s/%s",
+				      d.user_name, name);
+		} else {
+			size_t n = strlen(line);
+			/* In place and padded to a fixed size: a reader sees the
+			 * old line or the new one, never an empty file. */
+			char buf[GM_ACT_LINE];
+			memset(buf, ' ', sizeof buf);
+			memcpy(buf, line, n < sizeof buf - 1 ? n : sizeof buf - 1);
+			buf[sizeof buf - 1] = '\n';
+			if (pwrite(fd, buf, sizeof buf, 0) != (ssize_t)sizeof buf)
+				rc = -EIO;
+			close(fd);
+		}
+	}
+	gm__dir_close(&d);
+	return rc;
+}
+
+static const char *field(const char *text, const char *key, char *out,
+			 size_t len)
+{
+	size_t kl = strlen(key);
+	const char *p = text;
+
+	while ((p = strstr(p, key)) != NULL) {
+		if ((p == text || p[-1] == ' ') && p[kl] == '=') {
+			size_t i = 0;
+			p += kl + 1;
+			while (p[i] && p[i] != ' ' && p[i] != '\n' && i + 1 < len) {
+				out[i] = p[i];
+				i++;
+			}
+			out[i] = '\0';
+			return out;
+		}
+		p += kl;
+	}
+	return NULL;
+}
+
+static int parse(const char *text, struct gm_activity *a)
+{
+	char v[GM_JOB_MAX + 1];
+	uint64_t u;
+
+	memset(a, 0, sizeof *a);
+	if (strncmp(text, "gm1act ", 7) != 0)
+		return -1;
+	if (!field(text, "pid", v, sizeof v) ||
+	    gm_parse_uint(v, 10, INT32_MAX, &u))
+		return -1;
+	a->pid = (pid_t)u;
+	if (!field(text, "lease", v, sizeof v) ||
+	    gm_parse_uint(v, 10, UINT64_MAX, &a->lease_id))
+		return -1;
+	if (!field(text, "job", a->job, sizeof a->job) ||
+	    !field(text, "state", a->state, sizeof a->state))
+		return -1;
+	if (field(text, "idle_since", v, sizeof v) &&
+	    !gm_parse_uint(v, 10, INT64_MAX, &u))
+		a->idle_since_ns = (int64_t)u;
+	if (field(text, "since", v, sizeof v) &&
+	    !gm_parse_uint(v, 10, INT64_MAX, &u))
+		a->since_ns = (int64_t)u;
+	if (field(text, "mem", v, sizeof v))
+		(void)gm_parse_uint(v, 10, UINT64_MAX, &a->mem);
+	if (!field(text, "why", a->why, sizeof a->why))
+		snprintf(a->why, sizeof a->why, "-");
+	if (field(text, "devs", v, sizeof v)) {
+		char e[8];
+		if (strcmp(v, "-") == 0 ||
+		    gm_parse_devices("devs", v, a->devices, &a->ndevices, e,
+				     sizeof e))
+			a->ndevices = 0;
+	}
+	return 0;
+}
+
+/* The act.* files of one user's directory (owned by that user). */
+static int read_dir(int dirfd, uid_t owner, struct gm_activity **out, int *n,
+		    int *cap)
+{
+	DIR *dir = gm__listdir(dirfd);
+	struct dirent *de;
+
+	if (!dir)
+		return 0;
+	while ((de = readdir(dir)) != NULL) {
+		char buf[GM_ACT_LINE + 1];
+		struct stat sb;
+		ssize_t r;
+		int fd;
+
+		if (strncmp(de->d_name, "act.", 4) != 0)
+			continue;
+		fd = openat(dirfd, de->d_name,
+			    O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+		if (fd < 0)
+			continue;
+		r = (gm__fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode) &&
+		     sb.st_uid == owner) ? pread(fd, buf, GM_ACT_LINE, 0) : -1;
+		close(fd);
+		if (r <= 0)
+			continue;
+		buf[r] = '\0';
+		if (*n == *cap) {
+			int nc = *cap ? *cap * 2 : 8;
+			void *nv = realloc(*out, (size_t)nc * sizeof **out);
+			if (!nv) {
+				closedir(dir);
+				return -ENOMEM;
+			}
+			*out = nv;
+			*cap = nc;
+		}
+		if (parse(buf, &(*out)[*n]) == 0) {
+			(*out)[*n].uid = owner;
+			(*n)++;
+		}
+	}
+	closedir(dir);
+	return 0;
+}
+
+int gm_activity_read(const char *lock_dir, struct gm_activity **out, int *n,
+		     char *err, size_t errlen)
+{
+	struct gm__dir d;
+	struct dirent *de;
+	DIR *dir;
+	int rc, cap = 0;
+
+	*out = NULL;
+	*n = 0;
+	rc = gm__dir_open(lock_dir, 0, &d, err, errlen);
+	if (rc)
+		return rc;
+	dir = gm__listdir(d.job);
+	while (rc == 0 && dir && (de = readdir(dir)) != NULL) {
+		const char *end;
+		uint64_t uid;
+		struct stat sb;
+		int fd;
+
+		if (gm_scan_uint(de->d_name, 10, UINT32_MAX, &uid, &end) ||
+		    (*end != '\0' && *end != '.'))
+			continue;
+		fd = openat(d.job, de->d_name,
+			    O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+		if (fd < 0)
+			continue;
+		if (gm__fstat(fd, &sb) == 0 && sb.st_uid == (uid_t)uid &&
+		    !(sb.st_mode & (S_IWGRP | S_IWOTH)))
+			rc = read_dir(fd, (uid_t)uid, out, n, &cap);
+		close(fd);
+	}
+	if (dir)
+		closedir(dir);
+	gm__dir_close(&d);
+	return rc;
+}
