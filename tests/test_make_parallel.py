@@ -50,7 +50,8 @@ def plan(tmp_path, *goals):
     b = str(tmp_path / "b")
     env = {k: v for k, v in os.environ.items()
            if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL")}
-    r = subprocess.run(["make", "-C", REPO, "-n", "B=" + b] + list(goals),
+    r = subprocess.run(["make", "-C", REPO, "-n", "B=" + b,
+                        f"FAKECUDA_BUILD={b}/tests/fakecuda"] + list(goals),
                        capture_output=True, text=True, timeout=120, env=env)
     assert r.returncode == 0, r.stderr
     return b, r.stdout
