@@ -14,6 +14,7 @@
 #define _GNU_SOURCE
 #include <fcntl.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -43,15 +44,22 @@ extern gm_init_fn __init_array_start[] __attribute__((visibility("hidden")));
 extern gm_init_fn __init_array_end[] __attribute__((visibility("hidden")));
 extern void _init(void);
 
+/* The number of entries between two linker-defined bounds (two symbols,
+ * one array: counted by address, as the linker laid them out). */
+static size_t gm_entries(gm_init_fn *start, gm_init_fn *end)
+{
+	return ((uintptr_t)end - (uintptr_t)start) / sizeof(gm_init_fn);
+}
+
 static void gm_run_init(int argc, char **argv, char **envp)
 {
 	size_t i, n;
 
-	n = (size_t)(__preinit_array_end - __preinit_array_start);
+	n = gm_entries(__preinit_array_start, __preinit_array_end);
 	for (i = 0; i < n; i++)
 		__preinit_array_start[i](argc, argv, envp);
 	_init();
-	n = (size_t)(__init_array_end - __init_array_start);
+	n = gm_entries(__init_array_start, __init_array_end);
 	for (i = 0; i < n; i++)
 		__init_array_start[i](argc, argv, envp);
 }
