@@ -90,7 +90,9 @@ def run_check(tmp_path, installed, uid, env_extra=None):
     (bin_ / "apt-get").write_text(f"#!/bin/sh\necho \"$@\" >> {log}\n")
     for f in bin_.iterdir():
         f.chmod(0o755)
-    env = dict(os.environ, PATH=f"{bin_}:/usr/bin:/bin", **(env_extra or {}))
+    # (`make check PACKAGES=no` puts PACKAGES into the tests' environment.)
+    env = {k: v for k, v in os.environ.items() if k != "PACKAGES"}
+    env.update(PATH=f"{bin_}:/usr/bin:/bin", **(env_extra or {}))
     r = subprocess.run(["sh", str(REPO / "tools" / "packages.sh")], env=env,
                        capture_output=True, text=True)
     return r, (log.read_text() if log.exists() else "")
