@@ -47,8 +47,10 @@ ENTRY_POINTS = ("[console_scripts]\n"
                 "gpumutex-run = gpumutex.__main__:run_main\n"
                 "gpu-offload = gpumutex.__main__:offload_main\n")
 # What an sdist carries when there is no git to ask: enough to build.
+# (tests/offload/backend: the CPU test backend, libgpuoffload-test.so, ships.)
 SDIST_PATHS = ("pyproject.toml", "Makefile", "README.md", "docs/python.md",
-               "src", "tools", "python", "tests/fakecuda/module.mk")
+               "src", "tools", "python", "tests/fakecuda/module.mk",
+               "tests/offload/backend")
 
 
 def _root():
