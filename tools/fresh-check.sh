@@ -4,7 +4,7 @@
 # A Debian root (debootstrap --variant=minbase, as `make distro-check`
 # makes them; tools/mkroot.sh, cached in .portability/fresh-SUITE) holding
 # nothing but make, which the commands need to start. In a throw-away
-# overlay of it (the cached root stays fresh), this source tree is copied
+# copy of it (the cached root stays fresh), this source tree is copied
 # to /gm-src and, as root, `make demo` then `make check` run there: the
 # first must install what .ci/packages lists (tools/packages.sh, from
 # Debian's package mirror) and say so, both must pass, and afterwards the
@@ -28,14 +28,20 @@ fi
 root=$(GM_ROOT_NAME=fresh-$suite bash tools/mkroot.sh "$suite" make)
 root=$(cd "$root" && pwd -P)
 work=$(mktemp -d /var/tmp/gm-fresh.XXXXXX)
+# A copy on this machine's filesystem, not an overlay: `make check` inside
+# makes overlays of its own (tests/system/run.sh), and overlayfs refuses an
+# upper directory on overlayfs.
 cleanup() {
-    umount "$work/merged" 2>/dev/null || umount -l "$work/merged" 2>/dev/null || true
-    rm -rf "$work"
+    # Never delete through a mount left inside (rm -rf would follow it).
+    if awk -v r="$work/" 'index($2, r) == 1 {found=1} END {exit !found}' /proc/mounts; then
+        echo "fresh-check: something is still mounted under $work; not removing it" >&2
+    else
+        rm -rf "$work"
+    fi
 }
 trap cleanup EXIT
-mkdir "$work/upper" "$work/work" "$work/merged"
-mount -t overlay overlay \
-    -o "lowerdir=$root,upperdir=$work/upper,workdir=$work/work" "$work/merged"
+mkdir "$work/merged"
+cp -a "$root/." "$work/merged/"
 # The package mirror's name, resolved as on this machine.
 cp /etc/resolv.conf "$work/merged/etc/resolv.conf"
 bash tools/copy-tree.sh "$work/merged/gm-src"
