@@ -8,11 +8,15 @@ current distributions differ exactly there (Debian's has no ``wheel`` and
 an old setuptools, a fresh venv has neither), and a package whose only job
 is to carry three native files gains nothing from a build framework.
 
-The wheel holds the Python package and, in ``gpumutex/_bin/``, the native
-parts built by the repository's Makefile: ``libgpumutex.so`` (gated by
-tools/gate.sh on its way to build/, and gated again here, the file that
-goes into the wheel), ``gpumutex`` and ``gpumutex-run``. Everything the
-build writes goes under the repository's ``build/``.
+The wheel holds the Python package and, in ``gpumutex/_bin/``, what the
+repository's Makefile ships (``make``): both products' programs
+(``gpumutex``, ``gpumutex-run``, ``gpu-offload``, ``gpu-offload-calib``)
+and libraries (``libgpumutex.so``, ``libgpuoffload.so`` and its two
+backends), each gated by tools/gate.sh on its way to build/ and all gated
+again here (``make gate``): nothing above GLIBC_2.17, only libc, libdl and
+libpthread, no RPATH. That is what the wheel's tag, manylinux 2.17
+(manylinux2014), promises. Everything the build writes goes under the
+repository's ``build/``.
 """
 
 import base64
@@ -27,7 +31,9 @@ import tarfile
 import zipfile
 
 NAME = "gpumutex"
-NATIVE = ("libgpumutex.so", "gpumutex", "gpumutex-run")
+NATIVE = ("libgpumutex.so", "gpumutex", "gpumutex-run",
+          "libgpuoffload.so", "libgpuoffload-cuda.so", "libgpuoffload-test.so",
+          "gpu-offload", "gpu-offload-calib")
 SUMMARY = ("Make CUDA processes take turns on shared GPUs "
            "(LD_PRELOAD library, CLI and Python API)")
 CLASSIFIERS = (
@@ -38,10 +44,13 @@ CLASSIFIERS = (
 )
 ENTRY_POINTS = ("[console_scripts]\n"
                 "gpumutex = gpumutex.__main__:main\n"
-                "gpumutex-run = gpumutex.__main__:run_main\n")
+                "gpumutex-run = gpumutex.__main__:run_main\n"
+                "gpu-offload = gpumutex.__main__:offload_main\n")
 # What an sdist carries when there is no git to ask: enough to build.
+# (tests/offload/backend: the CPU test backend, libgpuoffload-test.so, ships.)
 SDIST_PATHS = ("pyproject.toml", "Makefile", "README.md", "docs/python.md",
-               "src", "tools", "python", "tests/fakecuda/module.mk")
+               "src", "tools", "python", "tests/fakecuda/module.mk",
+               "tests/offload/backend")
 
 
 def _root():
@@ -69,9 +78,13 @@ def _metadata(root):
 
 
 def _tag():
-    # The programs are built for this machine; the library's own floor
-    # (glibc 2.17) is not the programs', so claim no manylinux tag.
+    # Every ELF file inside passed the gate (glibc 2.17, libc/libdl/
+    # libpthread only): the manylinux 2.17 promise, under both its names.
+    # Elsewhere than x86_64 and aarch64 Linux, the build machine's own tag.
     plat = sysconfig.get_platform().replace("-", "_").replace(".", "_")
+    if plat in ("linux_x86_64", "linux_aarch64"):
+        arch = plat[len("linux_"):]
+        return f"py3-none-manylinux_2_17_{arch}.manylinux2014_{arch}"
     return f"py3-none-{plat}"
 
 
@@ -87,26 +100,17 @@ def _dist_info_files(root, tag):
 
 
 def _make_native(root):
-    """Build the native parts with the Makefile; the library's rule gates it."""
-    cmd = [os.environ.get("MAKE", "make"), "-C", root] + [
-        "build/" + n for n in NATIVE]
+    """Build what ships with the Makefile and gate every file of it again
+    (`make gate`: the libraries' exports, and for all, the glibc floor)."""
+    cmd = [os.environ.get("MAKE", "make"), "-C", root, "gate"]
     env = {k: v for k, v in os.environ.items()
            if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL")}
     rc = subprocess.run(cmd, stdout=sys.stderr, env=env).returncode
     if rc != 0:
         raise SystemExit(f"gpumutex: `{' '.join(cmd)}` failed (exit {rc}); "
-                         f"building the package needs make and a C compiler "
-                         f"(Debian: apt-get install gcc libc6-dev make)")
-    lib = os.path.join(root, "build", "libgpumutex.so")
-    gate = [os.environ.get("BASH", "bash"),
-            os.path.join(root, "tools", "gate.sh"), lib,
-            os.path.join(root, "src", "preload", "exports.list"),
-            # the generated driver wrappers' names (tools/gen-wrappers.sh)
-            os.path.join(root, "build", "gen", "wrap-exports.list")]
-    rc = subprocess.run(gate, stdout=sys.stderr).returncode
-    if rc != 0:
-        raise SystemExit(f"gpumutex: the load gate refused {lib} (exit {rc});"
-                         f" see its message above")
+                         f"building the package needs make, a C compiler and "
+                         f"Python (Debian: apt-get install gcc libc6-dev make "
+                         f"binutils python3); a gate failure says what to fix")
 
 
 class _Wheel:

@@ -70,3 +70,54 @@ def test_distro_build_bootstraps_only_above_the_marker():
     out = subprocess.run(["bash", "-c", cmd], cwd=REPO, capture_output=True,
                          text=True, check=True).stdout.split()
     assert out == distro_packages()
+
+
+# ---- tools/packages.sh, the first step of `make demo` and `make check` ----
+
+def run_check(tmp_path, installed, uid, env_extra=None):
+    """tools/packages.sh with a stand-in dpkg-query that reports `installed`
+    as installed (and knows nothing else), an `id -u` answering `uid`, and
+    an apt-get that only records its arguments."""
+    import os
+    import subprocess
+    bin_ = tmp_path / "bin"
+    bin_.mkdir()
+    log = tmp_path / "apt.log"
+    (bin_ / "dpkg-query").write_text(
+        "#!/bin/sh\nshift 2\nfor p; do case ' %s ' in *\" $p \"*) "
+        "echo \"$p installed\";; esac; done\n" % " ".join(installed))
+    (bin_ / "id").write_text(f"#!/bin/sh\necho {uid}\n")
+    (bin_ / "apt-get").write_text(f"#!/bin/sh\necho \"$@\" >> {log}\n")
+    for f in bin_.iterdir():
+        f.chmod(0o755)
+    # (`make check PACKAGES=no` puts PACKAGES into the tests' environment.)
+    env = {k: v for k, v in os.environ.items() if k != "PACKAGES"}
+    env.update(PATH=f"{bin_}:/usr/bin:/bin", **(env_extra or {}))
+    r = subprocess.run(["sh", str(REPO / "tools" / "packages.sh")], env=env,
+                       capture_output=True, text=True)
+    return r, (log.read_text() if log.exists() else "")
+
+
+def test_nothing_missing_says_nothing(tmp_path):
+    r, apt = run_check(tmp_path, ci_packages(), 1000)
+    assert (r.returncode, r.stdout, r.stderr, apt) == (0, "", "", "")
+
+
+def test_missing_as_a_user_prints_the_apt_get_line_and_exits_2(tmp_path):
+    r, apt = run_check(tmp_path, ci_packages()[2:], 1000)
+    assert r.returncode == 2 and apt == ""
+    line = [ln for ln in r.stderr.splitlines() if "apt-get install -y" in ln]
+    assert len(line) == 1 and line[0].split()[3:] == ci_packages()[:2], r.stderr
+
+
+def test_missing_as_root_says_what_it_installs_and_installs_it(tmp_path):
+    r, apt = run_check(tmp_path, ci_packages()[1:], 0)
+    assert r.returncode == 0, r.stderr
+    assert ci_packages()[0] in r.stdout and "installing" in r.stdout
+    assert apt.splitlines() == ["update -q",
+                                f"install -y -q --no-install-recommends {ci_packages()[0]}"]
+
+
+def test_packages_no_skips_the_check(tmp_path):
+    r, apt = run_check(tmp_path, [], 1000, {"PACKAGES": "no"})
+    assert (r.returncode, apt) == (0, "")

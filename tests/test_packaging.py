@@ -92,6 +92,42 @@ def check_wheel(path, tmp_path):
     return str(tmp_path / "unpacked" / "gpumutex" / "_bin")
 
 
+PROGRAMS = ("gpumutex", "gpumutex-run", "gpu-offload", "gpu-offload-calib")
+OFFLOAD_LIBS = {
+    "libgpuoffload.so": os.path.join(BUILD, "offload", "gen", "exports.list"),
+    "libgpuoffload-cuda.so": os.path.join(REPO, "src", "offload", "cuda",
+                                          "exports.list"),
+    "libgpuoffload-test.so": os.path.join(REPO, "tests", "offload", "backend",
+                                          "exports.list"),
+}
+
+
+def test_wheel_is_manylinux_and_every_file_passes_the_gate(built, tmp_path):
+    """The manylinux 2.17 tag is earned: both products' programs and
+    libraries are inside, and every one of them passes the gate (nothing
+    above GLIBC_2.17, libc/libdl/libpthread only, no RPATH)."""
+    wheel = backend("build_wheel", tmp_path)
+    assert os.path.basename(wheel) == ("gpumutex-0.1.0-py3-none-manylinux_2_17_"
+                                       "x86_64.manylinux2014_x86_64.whl")
+    with zipfile.ZipFile(wheel) as z:
+        entry = [n for n in z.namelist() if n.endswith("entry_points.txt")]
+        scripts = z.read(entry[0]).decode()
+    for cmd in ("gpumutex", "gpumutex-run", "gpu-offload"):
+        assert f"\n{cmd} = gpumutex.__main__:" in scripts, scripts
+    bindir = check_wheel(wheel, tmp_path)
+    g = subprocess.run(["bash", GATE, "--program"] +
+                       [os.path.join(bindir, p) for p in PROGRAMS],
+                       capture_output=True, text=True)
+    assert g.returncode == 0, g.stderr
+    for lib, exports in OFFLOAD_LIBS.items():
+        g = subprocess.run(["bash", GATE, os.path.join(bindir, lib), exports],
+                           capture_output=True, text=True)
+        assert g.returncode == 0, g.stderr
+    r = subprocess.run([os.path.join(bindir, "gpu-offload"), "--help"],
+                       capture_output=True, text=True)
+    assert r.returncode == 0 and "Commands:" in r.stdout, r.stderr
+
+
 def test_wheel_library_passes_the_gate_and_loads(built, tmp_path):
     wheel = backend("build_wheel", tmp_path)
     assert os.path.basename(wheel).startswith("gpumutex-0.1.0-py3-none-")

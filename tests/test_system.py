@@ -28,7 +28,7 @@ from conftest import REPO
 SUITES = {
     # The package lists of tools/portability.sh and tools/distro-build.sh,
     # so that the cached roots are shared with those targets.
-    "bullseye": ["gcc", "libc6-dev", "make", "python3"],
+    "bullseye": ["gcc", "libc6-dev", "make", "python3", "python3-venv"],
     "trixie": None,  # .ci/packages, above the host-only marker
 }
 

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # gate.sh LIBRARY EXPORTS_LIST [MORE_EXPORTS_LISTS...]
+# gate.sh --program PROGRAM...
 #
 # The load gate: checks that a built libgpumutex.so (or libgpuoffload.so)
 # will load on every target (x86_64 glibc 2.17 or newer, no C++ runtime)
@@ -18,8 +19,24 @@
 #     symbol under _GNU_SOURCE (strtol & co., sscanf & co.): the same source
 #     built on a newer host would not load on an older glibc
 #
+# With --program, each PROGRAM (gpumutex, gpumutex-run, gpu-offload,
+# gpu-offload-calib) is checked for the same glibc floor, markers, NEEDED
+# libraries, RPATH and number parsers; a program has no SONAME and no
+# export list (src/compat/ says how the programs are built for it).
+#
 # Each failure says what is wrong and what to do about it.
 set -euo pipefail
+
+if [ "${1:-}" = --program ]; then
+    shift
+    [ "$#" -gt 0 ] || { echo "usage: gate.sh --program PROGRAM..." >&2; exit 2; }
+    rc=0
+    for p in "$@"; do
+        GM_GATE_PROGRAM=1 bash "${BASH_SOURCE[0]}" "$p" /dev/null || rc=1
+    done
+    exit "$rc"
+fi
+program=${GM_GATE_PROGRAM:-}
 
 lib=${1:?usage: gate.sh LIBRARY EXPORTS_LIST}
 list=${2:?usage: gate.sh LIBRARY EXPORTS_LIST}
@@ -54,7 +71,7 @@ while read -r v; do
         if [ "$minor" -gt "$max_minor" ]; then
             syms=$(objdump -T "$lib" | awk -v v="$v" '$0 ~ "[ (]"v"[) ]" {print $NF}' | tr '\n' ' ')
             bad "references $v, newer than GLIBC_2.$max_minor: ${syms:-?}" \
-                "avoid these functions or bind an older version (see src/preload/compat.h and docs/portability.md); __isoc23_* come from strtol/sscanf/atoi under _GNU_SOURCE: use gm_parse_uint (src/lease/num.c)"
+                "avoid these functions or bind an older version (see src/preload/compat.h, src/compat/ for programs, and docs/portability.md); __isoc23_* come from strtol/sscanf/atoi under _GNU_SOURCE: use gm_parse_uint (src/lease/num.c)"
         fi
         ;;
     esac
@@ -72,7 +89,7 @@ done < <(printf '%s\n' "$dyn" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p')
 
 grep -q '(RPATH)' <<<"$dyn" && bad "has an RPATH" "remove -Wl,-rpath from the link"
 grep -q '(RUNPATH)' <<<"$dyn" && bad "has a RUNPATH" "remove -Wl,-rpath from the link"
-grep -q '(SONAME)' <<<"$dyn" || bad "has no SONAME" "link with -Wl,-soname,$(basename "$lib")"
+[ -n "$program" ] || grep -q '(SONAME)' <<<"$dyn" || bad "has no SONAME" "link with -Wl,-soname,$(basename "$lib")"
 
 # Exported (defined) dynamic symbols against the documented list.
 have=$(readelf --dyn-syms -W "$lib" |
@@ -84,9 +101,9 @@ extra=$(comm -23 <(printf '%s\n' "$have") <(printf '%s\n' "$want") |
     awk 'NR <= 12 { printf "%s ", $0 } END { if (NR > 12) printf "(%d in all) ", NR }')
 missing=$(comm -13 <(printf '%s\n' "$have") <(printf '%s\n' "$want") |
     awk 'NR <= 12 { printf "%s ", $0 } END { if (NR > 12) printf "(%d in all) ", NR }')
-[ -z "${extra// /}" ] || bad "exports undocumented symbols: $extra" \
+[ -n "$program" ] || [ -z "${extra// /}" ] || bad "exports undocumented symbols: $extra" \
     "build with -fvisibility=hidden and the version script, or document them in $list"
-[ -z "${missing// /}" ] || bad "does not export documented symbols: $missing" \
+[ -n "$program" ] || [ -z "${missing// /}" ] || bad "does not export documented symbols: $missing" \
     "define them, or remove them from $list"
 
 # Functions that glibc >= 2.38 redirects to __isoc23_* under _GNU_SOURCE
@@ -98,7 +115,9 @@ c23=$(objdump -T "$lib" | awk '$0 ~ /\*UND\*/ {print $NF}' |
 [ -z "${c23// /}" ] || bad "calls $c23(redirected to __isoc23_*@GLIBC_2.38 by glibc >= 2.38 headers: a build on a newer host would not load on older glibc)" \
     "parse numbers with gm_parse_uint / gm_scan_uint (src/lease/num.c) instead"
 
-if [ "$fail" -eq 0 ]; then
+if [ "$fail" -eq 0 ] && [ -n "$program" ]; then
+    echo "gate: ok: $lib (program: glibc <= 2.$max_minor, libc only, no RPATH)"
+elif [ "$fail" -eq 0 ]; then
     nexp=$(printf '%s\n' "$want" | wc -l)
     if [ "$nexp" -le 12 ]; then
         exports=$(printf '%s' "$want" | tr '\n' ' ')

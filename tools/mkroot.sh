@@ -10,13 +10,15 @@
 # the mirror cannot be reached it says so and fails; it never skips.
 #
 #   GM_PORTABILITY_MIRROR   the mirror (default http://deb.debian.org/debian)
+#   GM_ROOT_NAME            the directory under .portability/ (default SUITE):
+#                           a second root of one suite with another list
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 suite=${1:?usage: mkroot.sh SUITE [PACKAGE...]}
 shift
 mirror=${GM_PORTABILITY_MIRROR:-http://deb.debian.org/debian}
-root=.portability/$suite
+root=.portability/${GM_ROOT_NAME:-$suite}
 stamp=etc/gpumutex-root-packages
 want=$(printf '%s\n' "$@" | sed '/^$/d' | sort -u)
 
@@ -38,7 +40,7 @@ if [ -n "$(mounts_under "$root")" ]; then
     echo "mkroot: FAIL: something is mounted under $root; unmount it first" >&2
     exit 1
 fi
-log=.portability/debootstrap-$suite.log
+log=.portability/debootstrap-${GM_ROOT_NAME:-$suite}.log
 echo "mkroot: building a $suite root in $root (once; cached): $(printf '%s' "$want" | tr '\n' ' ')" >&2
 mkdir -p .portability
 rm -rf "$root.partial"

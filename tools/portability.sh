@@ -17,7 +17,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 suite=${GM_PORTABILITY_SUITE:-bullseye}
-packages=(gcc libc6-dev make python3)
+packages=(gcc libc6-dev make python3 python3-venv)
 lib=${GM_PORTABILITY_LIB:-build/libgpumutex.so}
 mode=load
 case ${1:-} in

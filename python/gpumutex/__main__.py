@@ -2,7 +2,8 @@
 
 This process is replaced by the packaged program (os.execv), so exit codes,
 signals and output are exactly the program's. The ``gpumutex`` and
-``gpumutex-run`` console scripts of the package call main() and run_main().
+``gpumutex-run`` and ``gpu-offload`` console scripts of the package call
+main(), run_main() and offload_main().
 """
 
 from __future__ import annotations
@@ -41,6 +42,12 @@ def main(argv: Optional[List[str]] = None) -> NoReturn:
 def run_main(argv: Optional[List[str]] = None) -> NoReturn:
     """The ``gpumutex-run`` command: ``gpumutex-run [OPTIONS] -- CMD...``."""
     _exec("gpumutex-run", argv)
+
+
+def offload_main(argv: Optional[List[str]] = None) -> NoReturn:
+    """The ``gpu-offload`` command: ``gpu-offload run|report|profile|
+    calibrate ...`` (docs/offload.md)."""
+    _exec("gpu-offload", argv)
 
 
 if __name__ == "__main__":

@@ -8,7 +8,7 @@ import os
 from typing import List, Optional
 
 LIBRARY = "libgpumutex.so"
-PROGRAMS = ("gpumutex", "gpumutex-run")
+PROGRAMS = ("gpumutex", "gpumutex-run", "gpu-offload")
 
 _PKG_DIR = os.path.dirname(os.path.abspath(__file__))
 
@@ -43,7 +43,7 @@ def find(name: str) -> str:
         path = os.path.join(d, name)
         if os.path.isfile(path):
             return os.path.realpath(path)
-    hint = ("build it with `make all preload` in the repository"
+    hint = ("build it with `make` in the repository"
             if len(dirs) > 1 else "reinstall the gpumutex package")
     raise FileNotFoundError(
         f"gpumutex: cannot find {name} (looked in {', '.join(dirs)}); {hint}")
@@ -62,8 +62,8 @@ def library_path() -> str:
 
 
 def program_path(name: str) -> str:
-    """Absolute path of the packaged ``gpumutex`` or ``gpumutex-run`` program
-    (same search as library_path())."""
+    """Absolute path of the packaged ``gpumutex``, ``gpumutex-run`` or
+    ``gpu-offload`` program (same search as library_path())."""
     if name not in PROGRAMS:
         raise ValueError(f"program must be one of {PROGRAMS}, not {name!r}")
     return find(name)

@@ -113,6 +113,37 @@ static void answer(int fd, const char *status, const char *type,
 
 #define PLAIN "text/plain; charset=utf-8"
 
+/*
+ * The request line "METHOD TARGET HTTP/1.x": METHOD upper-case letters
+ * (fewer than ml), TARGET no blank or line end (fewer than tl). 0, or -1
+ * for anything else. By hand, not sscanf: glibc 2.38 and later redirect
+ * sscanf to a C23 variant a program built there could not load without
+ * (src/lease/num.c).
+ */
+static int request_line(const char *req, char *method, size_t ml, char *target,
+			size_t tl)
+{
+	size_t m = 0, t = 0;
+
+	while (req[m] >= 'A' && req[m] <= 'Z')
+		m++;
+	if (m == 0 || m >= ml || req[m] != ' ')
+		return -1;
+	memcpy(method, req, m);
+	method[m] = '\0';
+	req += m + 1;
+	while (req[t] && req[t] != ' ' && req[t] != '\r' && req[t] != '\n')
+		t++;
+	if (t == 0 || t >= tl)
+		return -1;
+	memcpy(target, req, t);
+	target[t] = '\0';
+	req += t;
+	if (strncmp(req, " HTTP/1.", 8) != 0 || (req[8] != '0' && req[8] != '1'))
+		return -1;
+	return 0;
+}
+
 /* One connection: read its request, answer it, close it. */
 static void serve_one(const char *dir, int fd)
 {
@@ -132,7 +163,7 @@ static void serve_one(const char *dir, int fd)
 	}
 	if (n == 0)
 		goto out;
-	if (sscanf(req, "%15[A-Z] %255[^ \r\n] HTTP/1.%*1[01]", method, target) != 2) {
+	if (request_line(req, method, sizeof method, target, sizeof target)) {
 		answer(fd, "400 Bad Request", PLAIN, "bad request\n", 12, 1, deadline);
 		goto out;
 	}
@@ -168,6 +199,7 @@ out:
 static int split(const char *where, char *host, size_t hl, char *port, size_t pl)
 {
 	const char *colon;
+	uint64_t n;
 
 	if (where[0] == '[') {
 		const char *end = strchr(where, ']');
@@ -185,7 +217,7 @@ static int split(const char *where, char *host, size_t hl, char *port, size_t pl
 	if (!host[0])
 		snprintf(host, hl, "127.0.0.1");
 	if (!port[0] || strspn(port, "0123456789") != strlen(port) ||
-	    strlen(port) > 5 || atoi(port) > 65535)
+	    gm_parse_uint(port, 10, 65535, &n))
 		return -1;
 	return 0;
 }

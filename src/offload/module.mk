@@ -25,8 +25,13 @@ OFL_GEN_OUT := $(OFL_GEN)/wrappers.c $(OFL_GEN)/ops.c $(OFL_GEN)/ops.h \
                $(OFL_GEN)/exports.list $(OFL_GEN)/exports.map
 OFL_SRC     := $(wildcard src/offload/*.c)
 OFL_HDR     := $(wildcard src/offload/*.h) $(OFL_GEN)/ops.h
+# The generated wrappers.c compiled in OFL_WRAP_PARTS parts, in parallel
+# (tools/split_wrappers.py): alone, it is the build's longest compilation.
+OFL_WRAP_PARTS := 0 1 2 3
+OFL_WRAP_C  := $(patsubst %,$(OFL_GEN)/wrappers-%.c,$(OFL_WRAP_PARTS))
 OFL_OBJ     := $(patsubst src/%.c,$(B)/obj/%.o,$(OFL_SRC)) \
-               $(B)/obj/offload/gen/wrappers.o $(B)/obj/offload/gen/ops.o
+               $(patsubst $(OFL_GEN)/%.c,$(B)/obj/offload/gen/%.o,$(OFL_WRAP_C)) \
+               $(B)/obj/offload/gen/ops.o
 # compat.h binds glibc functions to versions old glibc has (gate rule).
 OFL_CFLAGS   = $(WARN) $(FRAME_WARN) $(CFLAGS) -fPIC -fvisibility=hidden \
                -include src/offload/compat.h \
@@ -48,13 +53,21 @@ $(OFL_GEN)/.stamp: tools/gen_offload.py tools/offload_ops.py src/offload/exports
 	$(PYTHON) tools/gen_offload.py $(OFL_GEN)
 	@touch $@
 
+# The parts: one run writes them all (a stamp, as above).
+$(OFL_WRAP_C): $(OFL_GEN)/.split
+$(OFL_GEN)/.split: $(OFL_GEN)/.stamp tools/split_wrappers.py
+	$(PYTHON) tools/split_wrappers.py $(OFL_GEN)/wrappers.c $(words $(OFL_WRAP_PARTS)) $(OFL_GEN)
+	@touch $@
+
 $(B)/obj/offload/%.o: src/offload/%.c $(OFL_HDR) $(LEASE_HDR)
 	@mkdir -p $(dir $@)
 	$(CC) $(OFL_CFLAGS) -c -o $@ $<
 
+# -g1 (line tables, no variable locations): the same code, and a third of
+# the time of the build's longest compilation (some 500 wrappers).
 $(B)/obj/offload/gen/%.o: $(OFL_GEN)/%.c $(OFL_HDR)
 	@mkdir -p $(dir $@)
-	$(CC) $(OFL_CFLAGS) -c -o $@ $<
+	$(CC) $(OFL_CFLAGS) -g1 -c -o $@ $<
 
 # Linked under build/ungated/ and copied to its shipped path only once the
 # load gate passed (as libgpumutex.so: src/preload/module.mk).

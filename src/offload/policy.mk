@@ -64,23 +64,24 @@ $(B)/tests/offload/policy-mt-tsan: tests/offload/policy-mt.c $(POLICY_SRC) \
 	$(CC) $(WARN) -O1 -g -fsanitize=thread -Isrc/lease -Isrc/offload \
 	    -o $@ $< $(POLICY_SRC) $(LEASE_SRC) -ldl -lpthread
 
-# -I the generated ops.h: cli_check.c reads the backend ABI (backend.h).
-$(B)/gpu-offload: $(GPO_CLI_MAIN) $(GPO_CLI_HDR) $(POLICY_HDR) \
-		$(B)/offload-policy/profile.o $(B)/offload-policy/model.o \
-		$(B)/liblease.a $(B)/offload/gen/.stamp
-	@mkdir -p $(@D)
-	$(CC) $(WARN) $(CFLAGS) -Isrc/lease -Isrc/offload -Isrc/offload/cli \
-	    -I$(B)/offload/gen -o $@ $(GPO_CLI_MAIN) \
-	    $(B)/offload-policy/profile.o $(B)/offload-policy/model.o \
-	    $(B)/liblease.a \
-	    -Wl,--no-as-needed -l:libdl.so.2 -Wl,--as-needed
+# The two programs ship: built like gpumutex (the top-level Makefile's
+# PROG_CFLAGS, PROG_LINK: glibc 2.17 floor, gated); profile.c and model.c
+# are compiled once more, for them.
+GPO_CLI_OBJ   := $(patsubst src/%.c,$(B)/prog/%.o,$(GPO_CLI_MAIN)) \
+                 $(B)/prog/offload/profile.o $(B)/prog/offload/model.o
+GPO_CALIB_OBJ := $(patsubst src/%.c,$(B)/prog/%.o,$(GPO_CALIB_SRC))
+$(B)/prog/offload/profile.o $(B)/prog/offload/model.o: PROG_INC = -Isrc/lease -Isrc/offload
+# cli_check.c reads the backend ABI (backend.h), which includes the
+# generated ops.h.
+$(B)/prog/offload/cli/cli_check.o: PROG_INC = -Isrc/lease -Isrc/offload -Isrc/offload/cli -I$(B)/offload/gen
+$(B)/prog/offload/cli/cli_check.o: $(B)/offload/gen/.stamp
+$(B)/gpu-offload: $(GPO_CLI_OBJ) $(B)/liblease.a $(PROG_COMPAT) tools/gate.sh
+	$(PROG_LINK)
 
 # Finds the BLAS and LAPACK at run time (dlopen, RTLD_GLOBAL): the build
 # needs no BLAS, and calls go through a preloaded libgpuoffload.so.
-$(B)/gpu-offload-calib: $(GPO_CALIB_SRC) src/offload/cli/calib-canary.h \
-		src/offload/cli/calib-work.h
-	@mkdir -p $(@D)
-	$(CC) $(WARN) $(CFLAGS) -Isrc/offload/cli -o $@ $(GPO_CALIB_SRC) -ldl
+$(B)/gpu-offload-calib: $(GPO_CALIB_OBJ) $(PROG_COMPAT) tools/gate.sh
+	$(PROG_LINK)
 
 # The canary rule on synthetic timings (test_calibrate.py).
 $(B)/tests/offload/calib-unit: tests/offload/calib-unit.c \

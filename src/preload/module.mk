@@ -8,7 +8,8 @@
 #   preload                    $(B)/libgpumutex.so and $(B)/gpumutex-run (phony)
 #   $(B)/libgpumutex.so        the preload library (SONAME libgpumutex.so),
 #                              copied there from $(B)/ungated/ once gated
-#   $(B)/gpumutex-run          the CLI
+#   $(B)/gpumutex-run          the CLI (its rule: the top-level Makefile,
+#                              with the other shipped programs)
 #   preload-tests              C helpers of the tests, in $(B)/tests/preload
 #                              (needs the fake driver: `make fakecuda`)
 #   preload-nvcc               the same probe built by nvcc, static and shared
@@ -35,7 +36,6 @@ PRELOAD_LIBS    := -Wl,--no-as-needed -l:libdl.so.2 -Wl,--as-needed -lpthread
 PRELOAD_LIB     := $(B)/libgpumutex.so
 PRELOAD_UNGATED := $(B)/ungated/libgpumutex.so
 PRELOAD_RUN     := $(B)/gpumutex-run
-PRELOAD_CLI_OBJ := $(B)/obj/cli/run.o $(B)/obj/cli/gpumutex-run.o
 
 .PHONY: preload preload-tests preload-nvcc
 preload: $(PRELOAD_LIB) $(PRELOAD_RUN)
@@ -74,13 +74,6 @@ $(PRELOAD_LIB): $(PRELOAD_UNGATED) tools/gate.sh src/preload/exports.list \
 		$(PRELOAD_WRAP_X)
 	bash tools/gate.sh $< src/preload/exports.list $(PRELOAD_WRAP_X)
 	cp $< $@
-
-$(B)/obj/cli/%.o: src/cli/%.c src/cli/run.h $(LEASE_HDR)
-	@mkdir -p $(dir $@)
-	$(CC) $(WARN) $(CFLAGS) -Isrc/lease -c -o $@ $<
-
-$(PRELOAD_RUN): $(PRELOAD_CLI_OBJ) $(B)/liblease.a
-	$(CC) $(CFLAGS) -o $@ $(PRELOAD_CLI_OBJ) $(B)/liblease.a
 
 # ---- Test helpers -----------------------------------------------------------
 
