@@ -22,6 +22,9 @@ LIB = os.path.join(REPO, "build", "libgpumutex.so")
 
 @pytest.fixture(scope="module")
 def smoke(tmp_path_factory):
+    # The fake driver is a test program: `make check` builds it only
+    # through the tests that need it, this one included.
+    subprocess.run(["make", "-C", REPO, "-s", "ship", "fakecuda"], check=True)
     out = tmp_path_factory.mktemp("agents")
     r = subprocess.run(
         [sys.executable, AGENTS, "--fake", "--window", "4", "--think", "0.2",
