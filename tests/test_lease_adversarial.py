@@ -37,7 +37,7 @@ from leaseadv import adv  # noqa: F401 (a fixture)
     pytest.param("name-byte", marks=pytest.mark.xfail(
         os.environ.get("GM_SHOW_BUGS") != "1", strict=True,
         raises=AssertionError,
-        reason="known limitation (docs/design.md, Users and permissions): "
+        reason="known limitation (docs/permissions.md): "
                "a lease's name byte can be read-locked by any user")),
     "counter-rewind", "counter-wrap", "planted-record"])
 def test_other_user_breaks_exclusion_of_two_honest_jobs(adv, shared_tmp,

@@ -1,5 +1,5 @@
 """Idle holders suspended through the driver's checkpoint API (fake driver):
-docs/preload.md, "Idle suspension"."""
+docs/suspend.md."""
 import os
 import subprocess
 import sys

@@ -381,7 +381,7 @@ def environ(visible_devices: Optional[Devices] = None,
     """Return a new dict: the environment a child needs to run under gpumutex.
 
     ``idle_suspend_ms`` sets GPUMUTEX_IDLE_SUSPEND_MS (0 = never suspend an
-    idle job; docs/preload.md, "Idle suspension").
+    idle job; docs/suspend.md).
 
     The base is a copy of `env`, or of ``os.environ`` when `env` is None;
     neither is modified. Each argument that is not None sets its variable,

@@ -1,6 +1,6 @@
 /*
- * report_susp.c - `gpumutex report`'s idle suspensions (docs/preload.md,
- * "Idle suspension"): per job, how often and how long it was suspended,
+ * report_susp.c - `gpumutex report`'s idle suspensions (docs/suspend.md):
+ * per job, how often and how long it was suspended,
  * the memory moved, and the GPU time other jobs were granted meanwhile
  * (what the waiters recovered). From the event log's suspend and resume
  * records and the rebuilt leases.

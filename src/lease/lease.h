@@ -397,7 +397,7 @@ int gm_lockdir_prepare(const struct gm_config *cfg, char *err, size_t errlen);
  * queue/seq root's (taking over existing ones, safely while in use: locks
  * belong to open descriptions), with the lock directory and dev/ at mode
  * 0755 and queue/ and job/ at 1777. Nobody else can then remove, replace
- * or add a device file (docs/design.md, "Users and permissions"). Does
+ * or add a device file (docs/permissions.md). Does
  * nothing for other users. 0 or -errno with a message.
  */
 int gm_lockdir_secure(const struct gm_config *cfg, char *err, size_t errlen);

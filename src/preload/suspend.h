@@ -4,7 +4,7 @@
  * waits for one of its GPUs checkpoints itself through the driver's
  * checkpoint API (from its own helper thread) and lets its lease go; its
  * next wrapped driver call queues for the same GPUs, restores and goes on.
- * docs/preload.md, "Idle suspension".
+ * docs/suspend.md.
  */
 #ifndef GPUMUTEX_PRELOAD_SUSPEND_H
 #define GPUMUTEX_PRELOAD_SUSPEND_H

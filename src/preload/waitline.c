@@ -209,7 +209,7 @@ const char *gmp_user_cvd(void)
 {
 	const char *cvd = getenv("CUDA_VISIBLE_DEVICES");
 	/* A set-user-ID process reads no GPUMUTEX_* variable (the invoking
-	 * user's environment; docs/design.md, "The machine-wide mode"): for
+	 * user's environment; docs/permissions.md, "The machine-wide mode"): for
 	 * it every CUDA_VISIBLE_DEVICES is a narrowing. */
 	const char *ph = getauxval(AT_SECURE) ? NULL
 					      : getenv(GMP_PLACEHOLDER_ENV);
