@@ -27,16 +27,17 @@ mount -t overlay overlay \
 w=$work/merged/gm-wheel
 mkdir -p "$w"
 cp "$wheel" "$w/"
-cp tests/fakecuda/fakecuda.c tests/fakecuda/context.c tests/fakecuda/journal.c \
-    tests/fakecuda/procaddr.c tests/fakecuda/fcint.h \
+# The fake driver's sources: every .c of tests/fakecuda but its self-test.
+mkdir -p "$w/fake"
+cp tests/fakecuda/*.c "$w/fake/" && rm "$w/fake/selftest.c"
+cp tests/fakecuda/fcint.h \
     tests/fakecuda/fakecuda.h tests/fakecuda/stubs.txt \
     tests/fakecuda/gen-stubs.sh tests/fakecuda/exports.map \
     tests/portability/client.c tests/system/wheel_pair.py tests/lib/journal.py "$w/"
 bash tools/chroot-run.sh "$work/merged" /bin/sh -ec '
     cd /gm-wheel
     sh gen-stubs.sh --c stubs.txt fakecuda.h > stubs.c
-    cc -std=gnu11 -O2 -fPIC -shared -pthread -I. -o libcuda.so.1 fakecuda.c \
-        context.c journal.c procaddr.c stubs.c \
+    cc -std=gnu11 -O2 -fPIC -shared -pthread -I. -o libcuda.so.1 fake/*.c stubs.c \
         -Wl,-soname,libcuda.so.1 -Wl,--version-script=exports.map -Wl,-Bsymbolic -ldl
     ln -sf libcuda.so.1 libcuda.so
     cc -O2 -o client client.c -L. -lcuda
