@@ -255,6 +255,7 @@ bench-agents: all
 .PHONY: gpu-check
 gpu-check: all
 	bash tests/gpu/run.sh $${GPU_OUT:-build/gpu-check}
+	bash tests/gpu/suspend.sh $${GPU_OUT:-build/gpu-check}/suspend
 
 lint:
 	cppcheck --quiet --error-exitcode=1 --enable=warning,portability \
