@@ -61,6 +61,16 @@ def test_idle_holder_yields_to_waiter_and_resumes(env):
     assert [s["pid"] for s in doc["suspended"]] == [holder.pid], doc
     assert not doc["leases"]
     assert f"pid {holder.pid}" in status_text(e)
+    # ... and the metrics count it (docs/deploy.md, "Monitoring").
+    from preloadlib import B
+    m = subprocess.run([str(B / "gpumutex"), "metrics", "--lock-dir",
+                        e["GPUMUTEX_LOCK_DIR"]], capture_output=True,
+                       text=True, timeout=TIMEOUT)
+    assert m.returncode == 0, m.stderr
+    lines = m.stdout.splitlines()
+    assert "gpumutex_suspended_processes 1" in lines, m.stdout
+    assert "gpumutex_suspensions_total 1" in lines, m.stdout
+    assert "gpumutex_resumes_total 0" in lines, m.stdout
     out, err = holder.communicate("go\nquit\n", timeout=TIMEOUT)
     assert holder.returncode == 0, err
     assert "sync=0" in out

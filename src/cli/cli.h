@@ -27,6 +27,11 @@ void gm_cli_duration(int64_t ns, char *out, size_t len);
 struct gm_state;
 struct gm_state_lease;
 void gm_status_idle_text(FILE *f, const char *dir, const struct gm_state *st);
+/* A lease's idle time in ns (its least idle live member; -1: no member
+ * published its activity), and the processes suspended now (idle.c). */
+int64_t gm_status_lease_idle_ns(const char *dir, const struct gm_state *st,
+				const struct gm_state_lease *l);
+int gm_status_suspended_count(const char *dir, const struct gm_state *st);
 void gm_status_idle_lease_json(FILE *f, const char *dir,
 			       const struct gm_state *st,
 			       const struct gm_state_lease *l);

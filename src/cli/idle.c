@@ -87,6 +87,25 @@ static int64_t lease_idle(const struct gm_state *st,
 	return idle;
 }
 
+int64_t gm_status_lease_idle_ns(const char *dir, const struct gm_state *st,
+				const struct gm_state_lease *l)
+{
+	const char *why;
+
+	load(dir, st);
+	return lease_idle(st, l, &why);
+}
+
+int gm_status_suspended_count(const char *dir, const struct gm_state *st)
+{
+	int n = 0;
+
+	load(dir, st);
+	for (int i = 0; i < nacts; i++)
+		n += !strcmp(acts[i].state, "suspended") && alive(acts[i].pid);
+	return n;
+}
+
 void gm_status_idle_text(FILE *f, const char *dir, const struct gm_state *st)
 {
 	char dur[32], devs[GM_MAX_DEVICES * 4];

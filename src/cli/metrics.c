@@ -63,7 +63,8 @@ static const struct gm_state_lease *holder(const struct gm_state *st, int i)
 }
 
 /* Per GPU: held, holder, seconds held, NVML figures. */
-static void per_gpu(FILE *f, const struct gm_state *st, const struct gm_nvml *nv)
+static void per_gpu(FILE *f, const char *dir, const struct gm_state *st,
+		    const struct gm_nvml *nv)
 {
 	char user[64];
 
@@ -94,8 +95,20 @@ static void per_gpu(FILE *f, const struct gm_state *st, const struct gm_nvml *nv
 		fprintf(f, "gpumutex_gpu_held_seconds{gpu=\"%d\"} %.3f\n",
 			st->devices[i].index, l ? secs(st->now_ns - l->start_ns) : 0.0);
 	}
-	/* Hook: the holder's idle seconds (gpumutex_gpu_idle_seconds) and
-	 * suspensions go here once the lease records carry them. */
+	head(f, "gpumutex_gpu_idle_seconds", "gauge",
+	     "Seconds since the holder's last GPU call ended (its least idle process; absent while free or unknown).");
+	for (int i = 0; i < st->ndevices; i++) {
+		const struct gm_state_lease *l = holder(st, i);
+		int64_t idle = l ? gm_status_lease_idle_ns(dir, st, l) : -1;
+
+		if (idle >= 0)
+			fprintf(f, "gpumutex_gpu_idle_seconds{gpu=\"%d\"} %.3f\n",
+				st->devices[i].index, secs(idle));
+	}
+	head(f, "gpumutex_suspended_processes", "gauge",
+	     "Processes suspended while idle now (GPU memory checkpointed; docs/suspend.md).");
+	fprintf(f, "gpumutex_suspended_processes %d\n",
+		gm_status_suspended_count(dir, st));
 	head(f, "gpumutex_gpu_utilization_ratio", "gauge",
 	     "GPU utilisation by NVML, 0 to 1 (absent without NVML).");
 	for (int i = 0; i < st->ndevices; i++) {
@@ -143,8 +156,8 @@ static void queue(FILE *f, const struct gm_state *st)
 static void counters(FILE *f, const struct gm_log *L)
 {
 	uint64_t grants[GM_MAX_DEVICES] = { 0 }, handoffs[GM_MAX_DEVICES] = { 0 };
-	uint64_t waits = 0, timeouts = 0;
-	int64_t waited = 0;
+	uint64_t waits = 0, timeouts = 0, susp = 0, resumes = 0;
+	int64_t waited = 0, ckpt = 0;
 
 	for (int s = 0; s < L->nspans; s++)
 		for (int d = 0; d < GM_MAX_DEVICES; d++)
@@ -159,6 +172,12 @@ static void counters(FILE *f, const struct gm_log *L)
 		waits++;
 		waited += w->end > w->start ? w->end - w->start : 0;
 		timeouts += !strcmp(w->outcome, "timeout");
+	}
+	for (int i = 0; i < L->nev; i++) {
+		susp += L->ev[i].kind == EV_SUSPEND;
+		resumes += L->ev[i].kind == EV_RESUME;
+		if (L->ev[i].kind == EV_SUSPEND && L->ev[i].took > 0)
+			ckpt += L->ev[i].took;
 	}
 	head(f, "gpumutex_grants_total", "counter", "Leases granted on the GPU (event log).");
 	for (int d = 0; d < GM_MAX_DEVICES; d++)
@@ -178,6 +197,15 @@ static void counters(FILE *f, const struct gm_log *L)
 	head(f, "gpumutex_timeouts_total", "counter",
 	     "Claims that gave up at GPUMUTEX_TIMEOUT (event log).");
 	fprintf(f, "gpumutex_timeouts_total %" PRIu64 "\n", timeouts);
+	head(f, "gpumutex_suspensions_total", "counter",
+	     "Processes suspended while idle so that a waiter got their GPUs (event log).");
+	fprintf(f, "gpumutex_suspensions_total %" PRIu64 "\n", susp);
+	head(f, "gpumutex_resumes_total", "counter",
+	     "Suspended processes resumed at their next GPU call (event log).");
+	fprintf(f, "gpumutex_resumes_total %" PRIu64 "\n", resumes);
+	head(f, "gpumutex_checkpoint_seconds_total", "counter",
+	     "Seconds those suspensions spent checkpointing (event log).");
+	fprintf(f, "gpumutex_checkpoint_seconds_total %.3f\n", secs(ckpt));
 }
 
 static void up(FILE *f, int ok, int exists)
@@ -213,7 +241,7 @@ int gm_metrics_render(const char *dir, FILE *f, char *why, size_t whylen)
 	if (nv)
 		gm_nvml_read(nv);
 	up(f, 1, 1);
-	per_gpu(f, &st, nv);
+	per_gpu(f, dir, &st, nv);
 	queue(f, &st);
 	free(nv);
 	live = calloc((size_t)st.nleases + 1, sizeof *live);
