@@ -40,7 +40,8 @@ if [ "$mode" = build ]; then
         cd /gm-src
         echo "portability: building with $(gcc --version | head -1), $(ldd --version | head -1)"
         make build/libgpumutex.so
-        make gate
+        bash tools/gate.sh build/libgpumutex.so src/preload/exports.list \
+            build/gen/wrap-exports.list
     '
     exit 0
 fi
