@@ -172,8 +172,10 @@ def test_errno_is_preserved(env):
 @pytest.mark.parametrize("n", ["1", "2"])
 def test_only_the_lease_descriptors_stay_open(env, tmp_path, n):
     """After cuInit the process holds one descriptor per leased GPU (the
-    lease itself) and one of its user's event log (the lease's too, for
-    its exit record), all close-on-exec, and nothing else of ours."""
+    lease itself), one of its user's event log (the lease's too, for its
+    exit record) and one of its activity file (docs/suspend.md: opened at
+    the grant, so that publishing opens nothing later), all close-on-exec,
+    and nothing else of ours."""
     env["GPUMUTEX_NUM_DEVICES"] = n
     env["CUPROBE_TOUCH"] = "1"
     res = run([T / "cuprobe", "fds"], env)
@@ -182,13 +184,11 @@ def test_only_the_lease_descriptors_stay_open(env, tmp_path, n):
            if l.startswith("fd=")]
     cloexec = [l.split()[1] for l in res.stdout.splitlines()
                if l.startswith("fd=")]
-    # The lock directory's folders may be open for a moment: the idle
-    # suspension thread (docs/suspend.md) publishes the process's
-    # activity from the grant on, concurrently with this listing. A
-    # folder is never a lease; every file must be one of ours below.
-    fds = [f for f in fds if not os.path.isdir(f)]
     dev = str(tmp_path / "lock" / "dev") + "/"
     leased = inits(env)[0]["cvd"].split(",")
-    log = str(tmp_path / "lock" / "job" / str(os.geteuid()) / "events.log")
-    assert sorted(fds) == sorted([log] + [dev + d for d in leased]), res.stdout
+    user = tmp_path / "lock" / "job" / str(os.geteuid())
+    acts = [str(p) for p in user.glob("act.*")]
+    assert len(acts) == 1, acts
+    assert sorted(fds) == sorted([str(user / "events.log")] + acts +
+                                 [dev + d for d in leased]), res.stdout
     assert set(cloexec) == {"cloexec=1"}

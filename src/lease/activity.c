@@ -16,39 +16,40 @@
 #include "internal.h"
 #include "lease.h"
 
-int gm_activity_publish(const char *lock_dir, const char *line, char *err,
-			size_t errlen)
+int gm_activity_open(const char *lock_dir, int *fd, char *err, size_t errlen)
 {
 	struct gm__dir d;
 	char name[32];
-	int rc, fd;
+	int rc;
 
+	*fd = -1;
 	rc = gm__dir_open(lock_dir, 0, &d, err, errlen);
 	if (rc)
 		return rc;
 	rc = gm__user_dir_find(&d, err, errlen);
 	if (rc == 0) {
 		snprintf(name, sizeof name, "act.%d", (int)getpid());
-		fd = openat(d.user, name,
-			    O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0644);
-		if (fd < 0) {
+		*fd = openat(d.user, name,
+			     O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0644);
+		if (*fd < 0)
 			rc = gm__fail(-errno, err, errlen, "cannot write job/%s/%s",
 				      d.user_name, name);
-		} else {
-			size_t n = strlen(line);
-			/* In place and padded to a fixed size: a reader sees the
-			 * old line or the new one, never an empty file. */
-			char buf[GM_ACT_LINE];
-			memset(buf, ' ', sizeof buf);
-			memcpy(buf, line, n < sizeof buf - 1 ? n : sizeof buf - 1);
-			buf[sizeof buf - 1] = '\n';
-			if (pwrite(fd, buf, sizeof buf, 0) != (ssize_t)sizeof buf)
-				rc = -EIO;
-			close(fd);
-		}
 	}
 	gm__dir_close(&d);
 	return rc;
+}
+
+int gm_activity_write(int fd, const char *line)
+{
+	size_t n = strlen(line);
+	/* In place and padded to a fixed size: a reader sees the old line
+	 * or the new one, never an empty file. */
+	char buf[GM_ACT_LINE];
+
+	memset(buf, ' ', sizeof buf);
+	memcpy(buf, line, n < sizeof buf - 1 ? n : sizeof buf - 1);
+	buf[sizeof buf - 1] = '\n';
+	return pwrite(fd, buf, sizeof buf, 0) == (ssize_t)sizeof buf ? 0 : -EIO;
 }
 
 static const char *field(const char *text, const char *key, char *out,

@@ -531,13 +531,19 @@ struct gm_activity {
 };
 
 /*
- * Publish this process's activity line (at most GM_ACT_LINE - 1 bytes,
- * "gm1act pid= lease= job= state= idle_since= since= mem= why= devs=")
- * as job/<user>/act.<pid> in `lock_dir`, replacing the previous one in
- * place. 0 or -errno with a message. For the preload library.
+ * Open (creating it) this process's activity file, job/<user>/act.<pid> in
+ * `lock_dir`: *fd, close-on-exec, stays open so that each later publication
+ * opens nothing. 0 or -errno with a message (*fd = -1). For the preload
+ * library.
  */
-int gm_activity_publish(const char *lock_dir, const char *line, char *err,
-			size_t errlen);
+int gm_activity_open(const char *lock_dir, int *fd, char *err, size_t errlen);
+
+/*
+ * Replace the activity line in the file open as `fd` (gm_activity_open) in
+ * place: `line` (at most GM_ACT_LINE - 1 bytes, "gm1act pid= lease= job=
+ * state= idle_since= since= mem= why= devs="). 0 or -EIO.
+ */
+int gm_activity_write(int fd, const char *line);
 
 /*
  * Every published activity line of every user in `lock_dir` (*out

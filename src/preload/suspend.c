@@ -196,6 +196,10 @@ int64_t gmp_susp_suspended_ms(void)
 
 /* Write this process's activity line (thread, or under the gate's lock). */
 static pthread_mutex_t pub_mu = PTHREAD_MUTEX_INITIALIZER;
+/* This process's activity file, opened once when the first lease is armed
+ * (under pub_mu): a publication then opens nothing, so the thread never
+ * holds a descriptor the program could see come and go. */
+static int pub_fd = -1;
 /* publish's buffers: static (a resume may run on a thread with a 16 KiB
  * stack), under pub_mu. */
 static struct {
@@ -205,7 +209,7 @@ static struct {
 
 static void publish(const char *state, int64_t idle_ms)
 {
-	char *line = pb.line, *devs = pb.devs, *err = pb.err, *dir = pb.dir;
+	char *line = pb.line, *devs = pb.devs, *dir = pb.dir;
 	uint64_t id;
 	int64_t since = 0;
 
@@ -216,7 +220,7 @@ static void publish(const char *state, int64_t idle_ms)
 	gm_format_list(devs, sizeof pb.devs, sp_lease.devices,
 		       sp_lease.ndevices);
 	pthread_mutex_unlock(&sp_mu);
-	if (!dir[0]) {
+	if (!dir[0] || pub_fd < 0) {
 		pthread_mutex_unlock(&pub_mu);
 		return;
 	}
@@ -227,7 +231,7 @@ static void publish(const char *state, int64_t idle_ms)
 		 (int)getpid(), (unsigned long long)id, sp_job, state,
 		 (long long)since, (long long)sp_susp_real,
 		 (unsigned long long)sp_mem, sp_why, devs[0] ? devs : "-");
-	(void)gm_activity_publish(dir, line, err, sizeof pb.err);
+	(void)gm_activity_write(pub_fd, line);
 	pthread_mutex_unlock(&pub_mu);
 }
 
@@ -483,6 +487,14 @@ void gmp_susp_arm(const struct gm_config *cfg, const struct gm_lease *l)
 	snprintf(sp_dir, sizeof sp_dir, "%s", cfg->lock_dir);
 	snprintf(sp_job, sizeof sp_job, "%s", cfg->job);
 	pthread_mutex_unlock(&sp_mu);
+	pthread_mutex_lock(&pub_mu);
+	if (pub_fd < 0) {
+		int saved = errno;
+		(void)gm_activity_open(cfg->lock_dir, &pub_fd, pb.err,
+				       sizeof pb.err);
+		errno = saved;
+	}
+	pthread_mutex_unlock(&pub_mu);
 	if (__atomic_compare_exchange_n(&sp_state, &expect, 1, 0,
 					__ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
 		/* As wrap.c's give-back thread: pthread_create found at run
@@ -514,6 +526,14 @@ void gmp_susp_atfork_child(void)
 	 * which the child does not have. */
 	memcpy(&sp_mu, &fresh, sizeof fresh);
 	memcpy(&pub_mu, &fresh, sizeof fresh);
+	/* The parent's activity file: the child publishes its own once it
+	 * holds a lease. */
+	if (pub_fd >= 0) {
+		int saved = errno;
+		close(pub_fd);
+		pub_fd = -1;
+		errno = saved;
+	}
 	sp_state = 0;
 	sp_susp_mono = 0;
 	sp_susp_real = 0;
