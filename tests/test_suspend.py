@@ -115,6 +115,42 @@ def test_idle_holder_yields_to_waiter_and_resumes(env):
     assert wt and all(ck < t < rs for t in wt)
 
 
+def test_suspended_holder_tears_down_after_restoring(env):
+    """A suspended process that ends (its teardown frees and releases, as
+    the CUDA runtime's at exit) while the job it yielded to holds the GPU:
+    the teardown waits for the GPU, restores, then frees; it succeeds,
+    and no call of it reaches the driver while the other job holds it."""
+    e = dict(env, GPUMUTEX_IDLE_SUSPEND_MS="1")
+    holder = start(e, job="holder")
+    ready(holder)
+    waiter = start(e, job="waiter")
+    ready(waiter)
+    waiter.stdin.write("go\n")
+    waiter.stdin.flush()
+    assert waiter.stdout.readline().strip() == "sync=0"
+    # The waiter holds the GPU (it waits on its stdin); the holder, which
+    # was suspended for it, tears down now.
+    assert [s["pid"] for s in status(e)["suspended"]] == [holder.pid]
+    holder.stdin.write("teardown\n")
+    holder.stdin.flush()
+    out, err = waiter.communicate("quit\n", timeout=TIMEOUT)
+    assert waiter.returncode == 0, err
+    out, err = holder.communicate(timeout=TIMEOUT)
+    assert holder.returncode == 0, err
+    assert out.strip() == "teardown=0,0", (out, err)
+    ev = events(e)
+    journal.check_exclusive(ev)
+    hp, wp = str(holder.pid), str(waiter.pid)
+    ck = [x.t for x in ev if x["pid"] == hp and x["ev"] == "ckpt"][0]
+    rs = [x.t for x in ev if x["pid"] == hp and x["ev"] == "restore"][0]
+    # The holder's teardown (its context's end on the device) came after
+    # its restore, and that after the waiter's last call.
+    mine = [(x["ev"], x.t) for x in ev if x["pid"] == hp and x.t > ck]
+    assert [k for k, _ in mine] == ["restore", "end"], mine
+    assert rs > max(x.t for x in ev if x["pid"] == wp and x["ev"] == "tick")
+    assert not status(e)["suspended"]
+
+
 def test_no_waiter_no_suspension(env):
     e = dict(env, GPUMUTEX_IDLE_SUSPEND_MS="1")
     holder = start(e, job="alone")

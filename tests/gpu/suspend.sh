@@ -12,17 +12,22 @@
 #   s2-jax    the same with a JAX holder (preallocating $JAX_FRACTION of the
 #             GPU) and a small waiter
 #   s3-cupy   the same with a CuPy holder ($CUPY_GIB GiB)
+#   s5-exit   a suspended torch holder ($CUPY_GIB GiB) exits without
+#             another GPU call while the job it yielded to still computes
+#             (20 s): whether its exit (the CUDA teardown) completes, and
+#             whether it waited for that job's end (it queues to restore
+#             first: docs/suspend.md); reported, PASS when it exits 0
 #   s4-probe  without gpumutex: what the driver's checkpoint API does with
 #             managed memory, two contexts, CUDA IPC, a call in flight, a
 #             call made while locked, and whether the pure queries (handed
 #             out unwrapped by the library) block while the process is
 #             checkpointed (one JSON line each)
 # Results: OUTDIR/<scenario>/*.json, *.err, events.txt; OUTDIR/summary.txt.
-# Exit status 0 when s1-s3 passed (s4 only reports). About 3 minutes with
+# Exit status 0 when s1-s3 and s5 passed (s4 only reports). About 3.5 minutes with
 # the defaults on an H100 (SUSPEND_GIB=20).
 #
 # Environment: GPU_PYTHON (default python3), SUSPEND_GIB (20), IDLE_MS
-# (2000), JAX_FRACTION (0.15), CUPY_GIB (4), SUSPEND_SCENARIOS ("1 2 3 4").
+# (2000), JAX_FRACTION (0.15), CUPY_GIB (4), SUSPEND_SCENARIOS ("1 2 3 5 4").
 set -u
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cd "$REPO" || exit 1
@@ -32,7 +37,7 @@ GIB=${SUSPEND_GIB:-20}
 IDLE_MS=${IDLE_MS:-2000}
 JAXF=${JAX_FRACTION:-0.15}
 CUPY_GIB=${CUPY_GIB:-4}
-SCEN=${SUSPEND_SCENARIOS:-1 2 3 4}
+SCEN=${SUSPEND_SCENARIOS:-1 2 3 5 4}
 JOBS=$REPO/tests/gpu/suspend_jobs.py
 RUN=$REPO/build/gpumutex-run
 mkdir -p "$OUT" && OUT=$(cd "$OUT" && pwd) || exit 1
@@ -114,11 +119,52 @@ sys.exit(0 if ok else 1)
 PYEOF
 }
 
+# A suspended holder that exits while its GPU is in use by another job.
+run_exit() {
+	local d=$OUT/s5-exit lock
+	rm -rf "$d" && mkdir -p "$d"
+	lock=$d/lock
+	( env GPUMUTEX_LOCK_DIR="$lock" "$RUN" --visible-devices 0 \
+		--idle-suspend "$IDLE_MS" -- timeout 300 "$PY" "$JOBS" exit-holder \
+		"$CUPY_GIB" "$d" >"$d/holder.json" 2>"$d/holder.err"
+	  echo "{\"rc\": $?, \"t_gone\": $(date +%s.%N)}" >"$d/holder.end" ) &
+	local hp=$!
+	until grep -q '"ready"' "$d/holder.json" 2>/dev/null; do
+		kill -0 "$hp" 2>/dev/null || break
+		sleep 0.2
+	done
+	env GPUMUTEX_LOCK_DIR="$lock" "$RUN" --visible-devices 0 \
+		--idle-suspend 0 -- timeout 300 "$PY" "$JOBS" bench-hold "$d" 20 \
+		>"$d/waiter.json" 2>"$d/waiter.err"
+	touch "$d/release"
+	wait "$hp"
+	cat "$lock"/job/*/events.log* 2>/dev/null |
+		grep -E '^gm1 (suspend|resume) ' >"$d/events.txt"
+	python3 - "$d" <<'PYEOF' || echo "s5-exit: FAIL (see its files)"
+import json, sys
+d = sys.argv[1]
+h = [json.loads(l) for l in open(f"{d}/holder.json") if l.strip()]
+w = json.loads(open(f"{d}/waiter.json").read().strip().splitlines()[-1])
+end = json.loads(open(f"{d}/holder.end").read())
+ex = [x for x in h if x.get("job") == "exit-holder"]
+susp = sum(1 for l in open(f"{d}/events.txt") if l.startswith("gm1 suspend"))
+ok = end["rc"] == 0 and bool(ex)
+t_exit = ex[0]["t_exit"] if ex else float("nan")
+print(f"s5-exit: {'PASS' if ok else 'FAIL'}: holder rc {end['rc']}, "
+      f"suspended {susp}x; its exit began {t_exit - w['t_first']:.2f} s after "
+      f"the waiter's first op and took {end['t_gone'] - t_exit:.2f} s; the "
+      f"waiter ended {w['t_end'] - w['t_first']:.2f} s after its first op "
+      f"(exit {'waited for' if end['t_gone'] > w['t_end'] else 'did not wait for'} it)")
+sys.exit(0 if ok else 1)
+PYEOF
+}
+
 for s in $SCEN; do
 	case $s in
 	1) run_pair s1-torch torch-holder "$GIB" -- bench 2>&1 | tee -a "$OUT/summary.txt" ;;
 	2) XLA_PYTHON_CLIENT_MEM_FRACTION=$JAXF run_pair s2-jax jax-holder 1 -- waiter 2>&1 | tee -a "$OUT/summary.txt" ;;
 	3) run_pair s3-cupy cupy-holder "$CUPY_GIB" -- waiter 2>&1 | tee -a "$OUT/summary.txt" ;;
+	5) run_exit 2>&1 | tee -a "$OUT/summary.txt" ;;
 	4) mkdir -p "$OUT/s4-probe"
 	   for c in baseline managed two-contexts ipc-exporter inflight call-while-locked queries-while-suspended; do
 		timeout 60 "$PY" "$JOBS" probe "$c" >>"$OUT/s4-probe/probes.json" \

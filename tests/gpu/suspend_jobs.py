@@ -11,6 +11,12 @@
                          OUT/release when done
   waiter OUT             a small waiting job (one allocation), then touches
                          OUT/release
+  exit-holder GIB OUT    a torch holder of GIB GiB that, once OUT/release
+                         exists, exits without another CUDA call of its own
+                         (its teardown alone: does it wait for its GPU?)
+  bench-hold OUT SECONDS a waiting job that touches OUT/release at its
+                         first CUDA operation, then keeps the GPU busy for
+                         SECONDS
   probe CASE             without gpumutex: set up CASE, then lock and
                          checkpoint this process from a side thread, restore
                          and unlock; prints what each step returned
@@ -143,6 +149,33 @@ def waiter(out):
     touch_release(out)
     emit({"job": "waiter", "t_start": t_start, "t_import": t_import,
           "t_first": t_first})
+
+
+def exit_holder(gib, out):
+    import torch
+    n = int(gib * (1 << 30) // 4 // (1 << 24))
+    chunks = [torch.ones(1 << 24, device="cuda") for _ in range(max(n, 1))]
+    torch.cuda.synchronize()
+    emit({"ready": True, "t_idle": time.time(), "chunks": len(chunks)})
+    wait_release(out)
+    emit({"job": "exit-holder", "t_exit": time.time()})
+    # Python's finalisation and the CUDA teardown follow, from here.
+
+
+def bench_hold(out, seconds):
+    t_start = time.time()
+    import torch
+    t_import = time.time()
+    a = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
+    torch.cuda.synchronize()
+    t_first = time.time()
+    touch_release(out)
+    while time.time() - t_first < seconds:
+        for _ in range(50):
+            a @ a
+        torch.cuda.synchronize()
+    emit({"job": "bench-hold", "t_start": t_start, "t_import": t_import,
+          "t_first": t_first, "t_end": time.time()})
 
 
 # ---- Probes: what the driver itself declines -----------------------------
@@ -316,6 +349,10 @@ if __name__ == "__main__":
         bench(sys.argv[2], float(sys.argv[3]) if len(sys.argv) > 3 else 5.0)
     elif cmd == "waiter":
         waiter(sys.argv[2])
+    elif cmd == "exit-holder":
+        exit_holder(float(sys.argv[2]), sys.argv[3])
+    elif cmd == "bench-hold":
+        bench_hold(sys.argv[2], float(sys.argv[3]))
     elif cmd == "probe":
         probe(sys.argv[2])
     else:

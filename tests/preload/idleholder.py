@@ -1,7 +1,9 @@
 """A CUDA "notebook" on the driver API (ctypes), for tests/test_suspend.py:
 takes a context on device 0, allocates and synchronises, prints "ready",
 then waits for a line on stdin (idle: no GPU call) and synchronises again,
-printing "sync=<CUresult>". With argument "threads", a second thread makes
+printing "sync=<CUresult>"; on the line "teardown" it frees its
+allocation and releases its context instead (what the CUDA runtime does at
+exit), prints "teardown=<CUresult>,<CUresult>" and ends. With argument "threads", a second thread makes
 the call after the line while the main thread makes one too; with "ipc",
 it exports its allocation through CUDA IPC first."""
 import ctypes
@@ -26,6 +28,11 @@ if "ipc" in sys.argv[1:]:
 print("ready", flush=True)
 for line in sys.stdin:
     if line.strip() == "quit":
+        break
+    if line.strip() == "teardown":
+        r1 = cu.cuMemFree_v2(ptr)
+        r2 = cu.cuDevicePrimaryCtxRelease(dev)
+        print("teardown=%d,%d" % (r1, r2), flush=True)
         break
     if "threads" in sys.argv[1:]:
         res = []
