@@ -145,6 +145,7 @@ static const char *const flag_names[GM_CONF_NKEYS] = {
 	[GM_CONF_RECHECK_MS] = "--recheck-ms",
 	[GM_CONF_ENFORCE] = "--enforce",
 	[GM_CONF_IDLE_SUSPEND_MS] = "--idle-suspend-ms",
+	[GM_CONF_GPU_TIME] = "--gpu-time",
 };
 
 /* argv -> o; 0, or the exit status of a usage error. */

@@ -88,7 +88,8 @@ PRELOAD_TESTS := $(PRELOAD_T)/cuprobe $(PRELOAD_T)/culinked \
                  $(PRELOAD_T)/hello-static $(PRELOAD_T)/smallstack \
                  $(PRELOAD_T)/nsprobe $(PRELOAD_T)/libnsdep.so \
                  $(PRELOAD_T)/nsedge $(PRELOAD_T)/lazyprobe \
-                 $(PRELOAD_T)/exitjob
+                 $(PRELOAD_T)/exitjob $(PRELOAD_T)/gtprobe \
+                 $(PRELOAD_T)/gtprobe-linked
 
 preload-tests: $(PRELOAD_TESTS)
 
@@ -125,6 +126,20 @@ $(PRELOAD_T)/exitjob: $(PRELOAD_TSRC)/exitjob.c $(PRELOAD_FAKE)/libcuda.so
 	@mkdir -p $(@D)
 	$(PRELOAD_TCC) -o $@ $< -L$(PRELOAD_FAKE) -lcuda \
 	    -Wl,-rpath,'$$ORIGIN/../fakecuda'
+
+# A CUDA job that plays a profiler too (tests/test_gputime.py): CUPTI
+# through dlopen/dlsym, or (gtprobe-linked) through its PLT, linked with
+# the fake CUPTI (make fakecupti).
+$(PRELOAD_T)/gtprobe: $(PRELOAD_TSRC)/gtprobe.c
+	@mkdir -p $(@D)
+	$(PRELOAD_TCC) -o $@ $< -ldl
+
+$(PRELOAD_T)/gtprobe-linked: $(PRELOAD_TSRC)/gtprobe.c \
+		$(B)/tests/fakecupti/libcupti.so.13
+	@mkdir -p $(@D)
+	$(PRELOAD_TCC) -DGTPROBE_LINKED -o $@ $< -ldl \
+	    $(B)/tests/fakecupti/libcupti.so.13 \
+	    -Wl,-rpath,'$$ORIGIN/../fakecupti'
 
 # cuInit from a thread with a 16 KiB stack (through dlsym, and as bound by
 # the dynamic linker).

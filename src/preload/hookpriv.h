@@ -1,0 +1,11 @@
+/*
+ * hookpriv.h - between hooks.c (the dlsym hook) and cuptihooks.c.
+ */
+#ifndef GPUMUTEX_PRELOAD_HOOKPRIV_H
+#define GPUMUTEX_PRELOAD_HOOKPRIV_H
+
+/* Our hook for the CUPTI function `name`, or NULL when it is not one of
+ * those cuptihooks.c interposes. */
+void *gmp_cupti_hook(const char *name);
+
+#endif
