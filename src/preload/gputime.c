@@ -33,7 +33,11 @@
 #include "gtload.h"
 #include "lease.h"
 
-#define GT_IV 512        /* intervals kept per tally */
+/* Intervals kept per tally before the older half is folded: records
+ * arrive per buffer in about the order the work finished, so a window of
+ * thousands of intervals absorbs the disorder between streams. 64 KiB a
+ * tally, allocated only with the option on. */
+#define GT_IV 4096
 #define GT_DEVS 16       /* device tallies (CUDA ordinals, modulo) */
 #define GT_PERIOD_NS (60 * (uint64_t)1000000000) /* interim records */
 #define GT_BUF (1u << 20)

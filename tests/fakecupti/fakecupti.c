@@ -207,6 +207,68 @@ static void put(uint8_t *slot, uint32_t kind, uint32_t dev, uint64_t s,
 }
 
 /*
+ * A batch of series "g:KIND:DEV:START:LEN:STEP:COUNT,..." (each COUNT
+ * records of LEN ns, one every STEP ns from START), handed over
+ * round-robin, the i-th record of each series in turn: streams running at
+ * once, in the order their work finished.
+ */
+static size_t series(const char *e, uint8_t **bufp, size_t *sizep, int *n,
+		     req_fn r, done_fn d)
+{
+	uint8_t *buf = *bufp;
+	size_t size = *sizep;
+	struct { uint32_t kind, dev; uint64_t s, len, step, count; } g[16];
+	int ng = 0;
+	size_t used = 0;
+
+	while (e && *e == 'g' && *e != ';' && ng < 16) {
+		char *p;
+
+		g[ng].kind = e[2] == 'c' ? 1 : 10;
+		g[ng].dev = (uint32_t)strtoul(e + 4, &p, 10);
+		g[ng].s = strtoull(p + 1, &p, 10);
+		g[ng].len = strtoull(p + 1, &p, 10);
+		g[ng].step = strtoull(p + 1, &p, 10);
+		g[ng].count = strtoull(p + 1, &p, 10);
+		ng++;
+		e = *p == ',' ? p + 1 : NULL;
+	}
+	for (uint64_t i = 0;; i++) {
+		int any = 0;
+
+		for (int k = 0; k < ng; k++) {
+			uint64_t s;
+
+			if (i >= g[k].count)
+				continue;
+			any = 1;
+			if (!enabled[g[k].kind])
+				continue;
+			if (used + SLOT > size) {
+				/* Full: hand it over, as CUPTI does, and
+				 * ask for the next. */
+				size_t max = 0;
+
+				d(NULL, 0, buf, size, used);
+				used = 0;
+				buf = NULL;
+				r(&buf, &size, &max);
+				*bufp = buf;
+				*sizep = size;
+				if (!buf || size < SLOT)
+					return 0;
+			}
+			s = g[k].s + i * g[k].step;
+			put(buf + used, g[k].kind, g[k].dev, s, s + g[k].len);
+			used += SLOT;
+			(*n)++;
+		}
+		if (!any)
+			return used;
+	}
+}
+
+/*
  * FAKECUPTI_RECORDS: batches separated by ';', each of records
  * "k|c:DEV:START:END" (kernel or copy, ns) separated by ','. A forced
  * flush hands the next batch (its records of enabled kinds) to the
@@ -236,8 +298,14 @@ API int cuptiActivityFlushAll(uint32_t flag)
 	if (!e || !*e || !r || !d)
 		return OK;
 	r(&buf, &size, &max);
-	if (!buf)
+	if (!buf || !size)
 		return OK;
+	if (e[0] == 'g') {
+		used = series(e, &buf, &size, &n, r, d);
+		if (!buf)
+			return OK;
+		e = "";
+	}
 	while (*e && *e != ';') {
 		char k = e[0];
 		unsigned long dev;
