@@ -335,3 +335,14 @@ def test_library_has_no_cupti_dependency():
     r = subprocess.run(["readelf", "-d", str(LIB)], capture_output=True,
                        text=True, check=True)
     assert "cupti" not in r.stdout
+
+
+def test_declarations_match_the_toolkits_headers():
+    """src/preload/cuptiapi.h against CUPTI's own headers, where the
+    toolkit is installed (the library itself builds without them)."""
+    if not any(os.path.exists(os.path.join(d, "cupti.h")) for d in (
+            "/usr/local/cuda/extras/CUPTI/include",
+            "/usr/local/cuda/targets/x86_64-linux/include",
+            "/usr/local/cuda/include")):
+        pytest.skip("the CUDA toolkit's CUPTI headers are not installed")
+    make("cupti-abi")

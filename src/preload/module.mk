@@ -14,6 +14,8 @@
 #                              (needs the fake driver: `make fakecuda`)
 #   preload-nvcc               the same probe built by nvcc, static and shared
 #                              cudart (needs /usr/local/cuda/bin/nvcc)
+#   cupti-abi                  src/preload/cuptiapi.h checked against the
+#                              toolkit's CUPTI headers (needs them)
 
 PRELOAD_SAVED_GOAL := $(.DEFAULT_GOAL)
 
@@ -222,6 +224,19 @@ $(PRELOAD_T)/nogpa/libcuda.so.1: $(FAKECUDA_OBJS) \
 	$(CC) -shared -pthread -Wl,-soname,libcuda.so.1 -Wl,-Bsymbolic \
 	    -Wl,--version-script=$(PRELOAD_TSRC)/nogpa.map -o $@ \
 	    $(FAKECUDA_OBJS) -ldl -lpthread
+
+# src/preload/cuptiapi.h against the toolkit's CUPTI headers (where they
+# are installed): a compile-time check, tests/preload/cuptiabi.c.
+CUPTI_INCLUDE ?= $(firstword $(wildcard /usr/local/cuda/extras/CUPTI/include \
+                   /usr/local/cuda/targets/x86_64-linux/include) \
+                   /usr/local/cuda/include)
+.PHONY: cupti-abi
+cupti-abi: $(PRELOAD_T)/cuptiabi
+	$(PRELOAD_T)/cuptiabi
+$(PRELOAD_T)/cuptiabi: $(PRELOAD_TSRC)/cuptiabi.c src/preload/cuptiapi.h
+	@mkdir -p $(@D)
+	$(PRELOAD_TCC) -Wno-strict-prototypes -Isrc/preload \
+	    -isystem $(CUPTI_INCLUDE) -isystem /usr/local/cuda/include -o $@ $<
 
 PRELOAD_NVCC ?= /usr/local/cuda/bin/nvcc
 preload-nvcc: $(PRELOAD_T)/cudart-static $(PRELOAD_T)/cudart-shared
