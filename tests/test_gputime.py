@@ -186,9 +186,26 @@ def test_a_profiler_that_came_first_keeps_cupti(env, tmp_path):
     assert "subscribe=0 enable=0 profiled=1" in r.stdout, r.stdout
     assert "work=0" in r.stdout
     (line,) = lines(r.stderr)
-    assert "another CUPTI client" in line
+    assert "a profiler uses CUPTI" in line
     assert records(e) == []
-    assert [c for c in calls(e) if "call=cuptiActivityRegisterCallbacks" in c]
+    # gpumutex never touched CUPTI: only the probe's own calls.
+    assert [c[1] for c in calls(e) if c[1].startswith("call=")] == [
+        "call=cuptiSubscribe", "call=cuptiActivityRegisterCallbacks",
+        "call=cuptiActivityEnable", "call=cuptiActivityFlushAll"]
+
+
+def test_a_profiler_without_a_subscription_keeps_its_records(env, tmp_path):
+    """A profiler that uses only the activity API (no cuptiSubscribe)
+    before the lease: gpumutex must not register its own callbacks, which
+    would take the profiler's records."""
+    e = gt_env(env, tmp_path, rec("k", 0, 3 * S, 4 * S))
+    r = probe(e, "activity", "work", "flush")
+    assert r.returncode == 0, r.stderr
+    assert "activity=0" in r.stdout and "work=0" in r.stdout
+    assert "profiled=1" in r.stdout, r.stdout + r.stderr
+    (line,) = lines(r.stderr)
+    assert "a profiler uses CUPTI" in line
+    assert records(e) == []
 
 
 def test_off_by_default_and_profilers_unaffected(env, tmp_path):

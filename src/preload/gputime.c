@@ -76,6 +76,12 @@ static struct {
 } L;
 static struct tally *gt_any, *gt_dev; /* [1], [GT_DEVS] */
 static int gt_exit_armed;
+/* The program called one of the hooked CUPTI entry points (a profiler
+ * uses CUPTI): set at any time, also before the option is read. */
+static int gt_foreign;
+/* Set on a thread while this collector calls CUPTI: a CUPTI that calls
+ * its own exported functions through our hooks is not a profiler. */
+static __attribute__((tls_model("initial-exec"))) _Thread_local int gt_self;
 
 /* The collector's one line per process. */
 #define say_once(...)                                                     \
@@ -334,6 +340,13 @@ static int begin(void)
 	int rc;
 
 	if (!gt_loaded) {
+		if (__atomic_load_n(&gt_foreign, __ATOMIC_ACQUIRE)) {
+			/* A profiler that uses only the activity API holds no
+			 * subscription, but registering our callbacks would
+			 * take its records. */
+			say_once("a profiler uses CUPTI in this process; GPU time (GPUMUTEX_GPU_TIME=1) is not measured, so that the profiler works as without gpumutex");
+			return -1;
+		}
 		if (inj && inj[0]) {
 			say_once("a profiler is injected into this process (CUDA_INJECTION64_PATH=%s); GPU time (GPUMUTEX_GPU_TIME=1) is not measured, so that the profiler works as without gpumutex",
 				 inj);
@@ -396,7 +409,7 @@ void gmp_gt_granted(const struct gm_config *cfg, const struct gm_lease *l)
 
 void gmp_gt_run_pending(void)
 {
-	int saved = errno;
+	int saved = errno, rc;
 	uint64_t t0 = 0;
 
 	if (__atomic_load_n(&gt_state, __ATOMIC_ACQUIRE) != GT_IDLE)
@@ -408,7 +421,10 @@ void gmp_gt_run_pending(void)
 		return;
 	}
 	L.pending = 0;
-	if (begin()) {
+	gt_self = 1;
+	rc = begin();
+	gt_self = 0;
+	if (rc) {
 		stop_cupti();
 		__atomic_store_n(&gt_state, GT_GONE, __ATOMIC_RELEASE);
 	} else {
@@ -489,9 +505,13 @@ void gmp_gt_end(const char *why, int cupti)
 
 void gmp_gt_step_aside(const char *call)
 {
-	int saved = errno, st = __atomic_load_n(&gt_state, __ATOMIC_ACQUIRE);
+	int saved = errno, st;
 	uint64_t end = 0;
 
+	if (gt_self)
+		return;
+	__atomic_store_n(&gt_foreign, 1, __ATOMIC_RELEASE);
+	st = __atomic_load_n(&gt_state, __ATOMIC_ACQUIRE);
 	if (st == GT_OFF || st == GT_GONE)
 		return;
 	if (st == GT_ON)

@@ -10,6 +10,11 @@
  *              cuptiActivityEnable(CONCURRENT_KERNEL), then a forced
  *              cuptiActivityFlushAll: "subscribe=<rc> enable=<rc>
  *              profiled=<records its callbacks got>"
+ *   activity   as a profiler that uses only the activity API (no
+ *              subscription): cuptiActivityRegisterCallbacks and
+ *              cuptiActivityEnable(CONCURRENT_KERNEL): "activity=<rc>"
+ *   flush      a forced cuptiActivityFlushAll: "profiled=<records its
+ *              callbacks got so far>"
  *   giveup     cuCtxDestroy of the context (the lease can be given back)
  * CUPTI is found with dlopen("libcupti.so.13") + dlsym, or, built with
  * GTPROBE_LINKED, through the PLT (linked with it). Exit status 0 unless
@@ -70,14 +75,13 @@ static void *sym(void *h, const char *name)
 	return p;
 }
 
-static void profile(void)
+static int (*sub)(void **, void *, void *);
+static int (*reg)(req_fn, done_fn);
+static int (*en)(int);
+static int (*flush)(uint32_t);
+
+static void resolve(void)
 {
-	int (*sub)(void **, void *, void *);
-	int (*reg)(req_fn, done_fn);
-	int (*en)(int);
-	int (*flush)(uint32_t);
-	void *s = NULL;
-	int rs, re;
 #ifdef GTPROBE_LINKED
 	sub = cuptiSubscribe;
 	reg = cuptiActivityRegisterCallbacks;
@@ -98,6 +102,14 @@ static void profile(void)
 	next_rec = (int (*)(uint8_t *, size_t, void **))sym(
 		h, "cuptiActivityGetNextRecord");
 #endif
+}
+
+static void profile(void)
+{
+	void *s = NULL;
+	int rs, re;
+
+	resolve();
 	rs = sub(&s, NULL, NULL);
 	reg(req, done);
 	re = en(10);
@@ -127,6 +139,14 @@ int main(int argc, char **argv)
 			printf("work=%d\n", rc);
 		} else if (!strcmp(argv[i], "profile")) {
 			profile();
+		} else if (!strcmp(argv[i], "activity")) {
+			resolve();
+			reg(req, done);
+			printf("activity=%d\n", en(10));
+		} else if (!strcmp(argv[i], "flush")) {
+			resolve();
+			flush(1);
+			printf("profiled=%d\n", records);
 		} else if (!strcmp(argv[i], "giveup") && cu && ctx) {
 			((ctx_fn)sym(cu, "cuCtxDestroy_v2"))(ctx);
 		} else {
