@@ -257,6 +257,7 @@ bench-agents: all
 gpu-check: all
 	bash tests/gpu/run.sh $${GPU_OUT:-build/gpu-check}
 	bash tests/gpu/suspend.sh $${GPU_OUT:-build/gpu-check}/suspend
+	bash tests/gpu/gpu_time.sh $${GPU_OUT:-build/gpu-check}/gpu-time
 
 lint:
 	cppcheck --quiet --error-exitcode=1 --enable=warning,portability \
