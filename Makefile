@@ -263,6 +263,7 @@ lint:
 	cppcheck --quiet --error-exitcode=1 --enable=warning,portability \
 	  --std=c11 --inline-suppr -Isrc/lease -Isrc/cli \
 	  src/lease src/preload src/cli src/compat tests/lease tests/preload tests/stress \
+  tests/fakecupti \
 	  bench demo
 	shellcheck .ci/run tools/*.sh tests/fakecuda/gen-stubs.sh tests/system/run.sh \
 	  tests/system/wheel.sh

@@ -117,6 +117,8 @@ static void usage(FILE *f, int install)
 			"  --timeout SECONDS       longest wait (default: for ever)\n"
 			"  --quiet, --quiet=1|0    no waiting line (1), or the line (0; the\n"
 			"                          default), as `gpumutex run --quiet`\n"
+			"  --gpu-time yes|no       measure each process's GPU time per lease\n"
+			"                          (gpu_time; docs/preload.md, \"GPU time\")\n"
 			"  --enforce yes|no        binding (default yes): the environment may\n"
 			"                          narrow but not widen or turn gpumutex off\n"
 			"  --lib PATH              the library to install (default: the\n"

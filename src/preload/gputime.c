@@ -62,7 +62,13 @@ static int gt_state;              /* GT_*; GT_GONE is final */
 static int gt_loaded;
 static struct gmp_cupti gt_api;
 static void *gt_sub;
+/* gt_mu: the lease's numbers and tallies, also taken by buf_completed
+ * (CUPTI's thread, or the one that flushes). gt_ctl: one control
+ * sequence at a time (start, flush, end, step aside). CUPTI is never
+ * called with gt_mu held, so that a CUPTI that delivers buffers while
+ * it is called cannot deadlock against us. */
 static pthread_mutex_t gt_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_mutex_t gt_ctl = PTHREAD_MUTEX_INITIALIZER;
 static int gt_said;
 /* The lease being measured (under gt_mu). */
 static struct {
@@ -74,6 +80,12 @@ static struct {
 	uint64_t kernel, copy;
 	int64_t last_flush_ms;
 } L;
+/* The lease granted last, until its collection starts (under gt_mu). */
+static struct {
+	uint64_t lease;
+	char devs[GM_MAX_DEVICES * 4];
+	char dir[4096], job[GM_JOB_MAX + 1];
+} P;
 static struct tally *gt_any, *gt_dev; /* [1], [GT_DEVS] */
 static int gt_exit_armed;
 /* The program called one of the hooked CUPTI entry points (a profiler
@@ -320,7 +332,7 @@ static void at_exit(void)
 	gmp_gt_end("exit", 1);
 }
 
-/* Drop the subscription and everything enabled (under gt_mu). */
+/* Drop the subscription and everything enabled (under gt_ctl). */
 static void stop_cupti(void)
 {
 	if (!gt_sub)
@@ -331,7 +343,7 @@ static void stop_cupti(void)
 	gt_sub = NULL;
 }
 
-/* Begin (under gt_mu): load, check for a profiler, subscribe, enable.
+/* Begin (under gt_ctl): load, check for a profiler, subscribe, enable.
  * 0, or -1 after the one line (GT_GONE). */
 static int begin(void)
 {
@@ -398,49 +410,62 @@ void gmp_gt_granted(const struct gm_config *cfg, const struct gm_lease *l)
 	if (__atomic_load_n(&gt_state, __ATOMIC_ACQUIRE) == GT_OFF ||
 	    __atomic_load_n(&gt_state, __ATOMIC_ACQUIRE) == GT_GONE)
 		return;
+	/* Into P, not L: the previous lease's final record may not be
+	 * written yet (its end runs outside the gate's lock). */
 	pthread_mutex_lock(&gt_mu);
 	L.pending = 1;
-	L.lease = l->lease_id;
-	gm_format_list(L.devs, sizeof L.devs, l->devices, l->ndevices);
-	snprintf(L.dir, sizeof L.dir, "%s", cfg->lock_dir);
-	snprintf(L.job, sizeof L.job, "%s", cfg->job);
+	P.lease = l->lease_id;
+	gm_format_list(P.devs, sizeof P.devs, l->devices, l->ndevices);
+	snprintf(P.dir, sizeof P.dir, "%s", cfg->lock_dir);
+	snprintf(P.job, sizeof P.job, "%s", cfg->job);
 	pthread_mutex_unlock(&gt_mu);
 }
 
 void gmp_gt_run_pending(void)
 {
-	int saved = errno, rc;
+	int saved = errno, rc, go;
 	uint64_t t0 = 0;
 
 	if (__atomic_load_n(&gt_state, __ATOMIC_ACQUIRE) != GT_IDLE)
 		return;
+	pthread_mutex_lock(&gt_ctl);
 	pthread_mutex_lock(&gt_mu);
-	if (!L.pending || gt_state != GT_IDLE) {
-		pthread_mutex_unlock(&gt_mu);
+	go = L.pending && gt_state == GT_IDLE;
+	L.pending = 0;
+	pthread_mutex_unlock(&gt_mu);
+	if (!go) {
+		pthread_mutex_unlock(&gt_ctl);
 		errno = saved;
 		return;
 	}
-	L.pending = 0;
 	gt_self = 1;
 	rc = begin();
 	gt_self = 0;
-	if (rc) {
+	if (rc)
 		stop_cupti();
+	else
+		gt_api.timestamp(&t0);
+	pthread_mutex_lock(&gt_mu);
+	if (rc) {
 		__atomic_store_n(&gt_state, GT_GONE, __ATOMIC_RELEASE);
 	} else {
-		gt_api.timestamp(&t0);
+		L.lease = P.lease;
+		memcpy(L.devs, P.devs, sizeof L.devs);
+		memcpy(L.dir, P.dir, sizeof L.dir);
+		memcpy(L.job, P.job, sizeof L.job);
 		L.t0 = L.last_emit = L.last_seen = t0;
 		L.kernel = L.copy = 0;
 		L.last_flush_ms = gmp_mono_ms();
 		tallies_reset(t0);
 		L.active = 1;
 		__atomic_store_n(&gt_state, GT_ON, __ATOMIC_RELEASE);
-		if (!gt_exit_armed) {
-			gt_exit_armed = 1;
-			atexit(at_exit);
-		}
 	}
 	pthread_mutex_unlock(&gt_mu);
+	if (!rc && !gt_exit_armed) {
+		gt_exit_armed = 1;
+		atexit(at_exit);
+	}
+	pthread_mutex_unlock(&gt_ctl);
 	errno = saved;
 }
 
@@ -450,8 +475,10 @@ void gmp_gt_flush(void)
 
 	if (__atomic_load_n(&gt_state, __ATOMIC_ACQUIRE) != GT_ON)
 		return;
-	/* Not under gt_mu: the flush calls buf_completed, which takes it. */
-	gt_api.flush_all(GMP_CUPTI_FLUSH_FORCED);
+	pthread_mutex_lock(&gt_ctl);
+	if (__atomic_load_n(&gt_state, __ATOMIC_ACQUIRE) == GT_ON)
+		gt_api.flush_all(GMP_CUPTI_FLUSH_FORCED);
+	pthread_mutex_unlock(&gt_ctl);
 	errno = saved;
 }
 
@@ -465,7 +492,10 @@ void gmp_gt_tick(void)
 	if (now - __atomic_load_n(&L.last_flush_ms, __ATOMIC_RELAXED) < 60000)
 		return;
 	__atomic_store_n(&L.last_flush_ms, now, __ATOMIC_RELAXED);
-	gt_api.flush_all(0);
+	pthread_mutex_lock(&gt_ctl);
+	if (__atomic_load_n(&gt_state, __ATOMIC_ACQUIRE) == GT_ON)
+		gt_api.flush_all(0);
+	pthread_mutex_unlock(&gt_ctl);
 }
 
 /* The final record and the end of counting (under gt_mu). */
@@ -480,26 +510,28 @@ static void finish(const char *why, uint64_t end)
 void gmp_gt_end(const char *why, int cupti)
 {
 	int saved = errno;
-	uint64_t end;
+	uint64_t end = 0;
 
 	if (__atomic_load_n(&gt_state, __ATOMIC_ACQUIRE) != GT_ON)
 		return;
-	if (cupti)
-		gt_api.flush_all(GMP_CUPTI_FLUSH_FORCED);
-	pthread_mutex_lock(&gt_mu);
-	if (gt_state == GT_ON) {
-		end = L.last_seen;
-		if (cupti)
+	pthread_mutex_lock(&gt_ctl);
+	if (__atomic_load_n(&gt_state, __ATOMIC_ACQUIRE) == GT_ON) {
+		if (cupti) {
+			/* Delivered to buf_completed, which takes gt_mu. */
+			gt_api.flush_all(GMP_CUPTI_FLUSH_FORCED);
 			gt_api.timestamp(&end);
-		finish(why, end);
+		}
+		pthread_mutex_lock(&gt_mu);
+		finish(why, cupti ? end : L.last_seen);
+		/* The subscription stays: the next grant enables again. */
+		__atomic_store_n(&gt_state, GT_IDLE, __ATOMIC_RELEASE);
+		pthread_mutex_unlock(&gt_mu);
 		if (cupti) {
 			gt_api.disable(GMP_CUPTI_KIND_CONCURRENT_KERNEL);
 			gt_api.disable(GMP_CUPTI_KIND_MEMCPY);
 		}
-		/* The subscription stays: the next grant enables again. */
-		__atomic_store_n(&gt_state, GT_IDLE, __ATOMIC_RELEASE);
 	}
-	pthread_mutex_unlock(&gt_mu);
+	pthread_mutex_unlock(&gt_ctl);
 	errno = saved;
 }
 
@@ -514,20 +546,23 @@ void gmp_gt_step_aside(const char *call)
 	st = __atomic_load_n(&gt_state, __ATOMIC_ACQUIRE);
 	if (st == GT_OFF || st == GT_GONE)
 		return;
-	if (st == GT_ON)
+	pthread_mutex_lock(&gt_ctl);
+	st = __atomic_load_n(&gt_state, __ATOMIC_ACQUIRE);
+	if (st == GT_ON) {
 		gt_api.flush_all(GMP_CUPTI_FLUSH_FORCED);
-	pthread_mutex_lock(&gt_mu);
-	if (gt_state == GT_ON) {
 		gt_api.timestamp(&end);
+		pthread_mutex_lock(&gt_mu);
 		finish("profiler", end);
+		pthread_mutex_unlock(&gt_mu);
 	}
-	if (gt_loaded)
-		stop_cupti();
-	if (gt_state != GT_GONE)
+	if (st != GT_GONE) {
+		if (gt_loaded)
+			stop_cupti();
+		__atomic_store_n(&gt_state, GT_GONE, __ATOMIC_RELEASE);
 		say_once("a profiler started using CUPTI in this process (%s); GPU time (GPUMUTEX_GPU_TIME=1) is no longer measured here, so that the profiler works as without gpumutex",
 			 call);
-	__atomic_store_n(&gt_state, GT_GONE, __ATOMIC_RELEASE);
-	pthread_mutex_unlock(&gt_mu);
+	}
+	pthread_mutex_unlock(&gt_ctl);
 	errno = saved;
 }
 
@@ -541,6 +576,7 @@ void gmp_gt_atfork_child(void)
 	pthread_mutex_t fresh = PTHREAD_MUTEX_INITIALIZER;
 
 	memcpy(&gt_mu, &fresh, sizeof fresh);
+	memcpy(&gt_ctl, &fresh, sizeof fresh);
 	/* CUPTI's subscription and buffers are the parent's. */
 	if (gt_state != GT_OFF)
 		gt_state = GT_GONE;
