@@ -363,3 +363,40 @@ def test_declarations_match_the_toolkits_headers():
             "/usr/local/cuda/include")):
         pytest.skip("the CUDA toolkit's CUPTI headers are not installed")
     make("cupti-abi")
+
+
+def test_a_given_back_lease_gets_its_final_record(env, tmp_path):
+    """A process that destroys its context gives its lease back (docs/
+    preload.md, "Giving the GPU back"): that lease's record is final
+    (why=give-back), and its next lease, taken when it works again, is
+    measured on its own. Another job waiting for the GPU orders it: it
+    gets the GPU only once the first lease is given back."""
+    from preloadlib import Holder
+    e = gt_env(env, tmp_path, BASIC + ";" + rec("k", 0, 3_200_000_000,
+                                                3_500_000_000),
+               clock=(S, 2 * S, 3 * S, 4 * S), GPUMUTEX_GIVE_BACK_MS="0")
+    e["LD_PRELOAD"] = str(LIB)
+    a = subprocess.Popen([str(T / "lazyprobe"), "dlsym", "init", "create",
+                          "work", "destroy", "line", "create", "work", "eof"],
+                         env=e, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+    try:
+        while "waiting" not in a.stdout.readline():
+            assert a.poll() is None, a.stderr.read()
+        b = Holder(dict(e, GPUMUTEX_GPU_TIME="0"))  # waits for the give-back
+        assert b.release() == 0
+        out, err = a.communicate("go\n", timeout=TIMEOUT)
+    finally:
+        if a.poll() is None:
+            a.kill()
+            a.wait()
+    assert a.returncode == 0, err
+    assert lines(err) == []
+    mine = [g for g in records(e) if g["pid"] == str(a.pid)]
+    grants = [g["lease"] for g in records(e, "grant")
+              if g["pid"] == str(a.pid)]
+    assert len(grants) == 2 and grants[0] != grants[1]
+    assert [(g["lease"], g["why"], g["final"], g["held"], g["busy"])
+            for g in mine] == [
+        (grants[0], "give-back", "1", str(S), "400000000"),
+        (grants[1], "exit", "1", str(S), "300000000")]

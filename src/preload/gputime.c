@@ -532,6 +532,10 @@ void gmp_gt_end(const char *why, int cupti)
 		}
 	}
 	pthread_mutex_unlock(&gt_ctl);
+	/* A next lease granted before this end was written (the end runs
+	 * after the release) found the collector busy: start it now. */
+	if (cupti && __atomic_load_n(&L.pending, __ATOMIC_ACQUIRE))
+		gmp_gt_run_pending();
 	errno = saved;
 }
 
