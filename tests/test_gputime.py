@@ -329,6 +329,10 @@ def test_report_log_and_metrics(env, tmp_path):
     svg = tmp_path / "r.svg"
     cli(e, "report", "--svg", str(svg))
     assert "GPU busy 40.0% of the lease (measured)" in svg.read_text()
+    html = tmp_path / "r.html"
+    cli(e, "report", "--html", str(html))
+    table = html.read_text().split('id="gputime-table"')[1]
+    assert "<td>40.0%</td>" in table.split("</table>")[0]
     assert "busy 0.40s of 1.00s held" in cli(e, "log")
     m = cli(e, "metrics").splitlines()
     assert "gpumutex_gpu_time_processes_total 1" in m

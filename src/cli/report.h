@@ -80,11 +80,12 @@ struct gm_rwho *gm_report_who(struct gm_report *r, unsigned uid,
 
 /* Measured GPU time (report_gt.c): r->gt and the users' and jobs'
  * measured_hours/busy_hours from the gputime records; the text section
- * (nothing when there are no records); the JSON members of a user or job
+ * and the page's table (nothing when there are no records); the JSON members of a user or job
  * and of a lease (each starting with a comma); a lease's busy fraction
  * of its GPU time (-1: no record), for the picture. */
 void gm_report_gt_build(struct gm_report *r);
 void gm_report_gt_text(FILE *f, const struct gm_report *r);
+void gm_report_gt_html(FILE *f, const struct gm_report *r);
 void gm_report_gt_json_who(const struct gm_report *r, const struct gm_rwho *w);
 void gm_report_gt_json_lease(const struct gm_report *r, int s);
 double gm_report_gt_frac(const struct gm_report *r, int s);

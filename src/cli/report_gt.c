@@ -229,3 +229,29 @@ void gm_report_gt_json_lease(const struct gm_report *r, int s)
 	printf(",\"kernel_s\":%.6f,\"copy_s\":%.6f,\"longest_idle_s\":%.6f}",
 	       g->kernel / 1e9, g->copy / 1e9, g->idlemax / 1e9);
 }
+
+void gm_report_gt_html(FILE *f, const struct gm_report *r)
+{
+	char user[64], js[GM_JOB_SHORT + 1], p[16];
+
+	if (!r->gt_leases)
+		return;
+	/* User names and job ids are plain words ([A-Za-z0-9_-], the lease
+	 * core checks job ids), so nothing here needs escaping. */
+	fprintf(f, "<h2>GPU time measured in leases</h2><table id=\"gputime-table\"><tr><th class=\"l\">user</th><th class=\"l\">job</th><th>GPU-hours held</th><th>GPU-hours busy</th><th>busy</th></tr>\n");
+	for (int pass = 0; pass < 2; pass++) {
+		const struct gm_rwho *v = pass ? r->jobs : r->users;
+		int n = pass ? r->njobs : r->nusers;
+
+		for (int i = 0; i < n && i < (pass ? r->top : n); i++) {
+			if (v[i].measured_hours <= 0)
+				continue;
+			gm_user_name(v[i].uid, user, sizeof user);
+			pct(p, sizeof p, v[i].busy_hours, v[i].measured_hours);
+			fprintf(f, "<tr><td class=\"l\">%s</td><td class=\"l\">%s</td><td>%.4f</td><td>%.4f</td><td>%s</td></tr>\n",
+				user, pass ? gm_job_short(v[i].job, js, sizeof js) :
+				"(all)", v[i].measured_hours, v[i].busy_hours, p);
+		}
+	}
+	fprintf(f, "</table>\n");
+}

@@ -572,5 +572,7 @@ void gm_report_html(FILE *f, const struct gm_report *r)
 		esc(f, p->cmd, 120);
 		fprintf(f, "</td></tr>\n");
 	}
-	fprintf(f, "</table>\n<p>How each number is found: docs/report.md in the gpumutex sources.</p>\n</body></html>\n");
+	fprintf(f, "</table>\n");
+	gm_report_gt_html(f, r);
+	fprintf(f, "<p>How each number is found: docs/report.md in the gpumutex sources.</p>\n</body></html>\n");
 }
