@@ -179,6 +179,24 @@ def test_a_profiler_that_starts_later_gets_cupti(env, tmp_path, linked):
     assert seq[i + 1] == "call=cuptiSubscribe"
 
 
+@pytest.mark.parametrize("on", ["1", "0"])
+def test_a_profiler_library_loaded_locally_gets_cupti(env, tmp_path, on):
+    """As PyTorch's profiler is laid out: a library linked with CUPTI,
+    loaded with RTLD_LOCAL, subscribing through its PLT (bound to
+    gpumutex's hook, which must find the CUPTI that only that library's
+    scope holds), with the option on and off."""
+    e = gt_env(env, tmp_path, BASIC, GPUMUTEX_GPU_TIME=on)
+    r = probe(e, "work", "local")
+    assert r.returncode == 0, r.stderr
+    assert "work=0" in r.stdout and "local=0" in r.stdout, r.stdout
+    if on == "1":
+        (line,) = lines(r.stderr)
+        assert "cuptiSubscribe" in line
+        assert [g["why"] for g in records(e)] == ["profiler"]
+    else:
+        assert lines(r.stderr) == [] and records(e) == []
+
+
 def test_a_profiler_that_came_first_keeps_cupti(env, tmp_path):
     e = gt_env(env, tmp_path, rec("k", 0, 3 * S, 4 * S))
     r = probe(e, "profile", "work", linked=True)

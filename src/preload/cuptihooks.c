@@ -8,9 +8,9 @@
  * Each hook: gmp_gt_step_aside (nothing unless GPUMUTEX_GPU_TIME=1 and
  * collecting), then the program's own CUPTI function with the same
  * arguments, its result returned unchanged. The real function is found
- * in the libcupti loaded in the process (gtload.c), also one loaded with
- * RTLD_LOCAL (as a Python extension's dependencies are), which the PLT
- * bound to us because this library comes first in the global scope. The
+ * among the loaded objects (gtload.c), also one loaded with RTLD_LOCAL (as
+ * a Python extension's dependencies are), which the PLT bound to us
+ * because this library comes first in the global scope. The
  * collector's own CUPTI calls use the pointers it resolved, never these
  * names. None found: CUPTI_ERROR_NOT_INITIALIZED.
  */
@@ -40,56 +40,65 @@ GMP_EXPORT gmp_cupti_result cuptiActivityEnableAndDump(int kind);
 GMP_EXPORT gmp_cupti_result cuptiActivityEnableContext(void *ctx, int kind);
 GMP_EXPORT gmp_cupti_result cuptiProfilerInitialize(void *params);
 
+/* The real functions, found once (a CUPTI is not unloaded while the
+ * program that uses it runs), by hook: cuptihooks.c's order below. */
+enum { H_SUB, H_REG, H_EN, H_DUMP, H_CTX, H_PROF, H_N };
+static void *found[H_N];
+
 /* The real function after stepping aside; errno as the caller left it. */
-static void *real(const char *name)
+static void *real(const char *name, int i)
 {
 	int saved = errno;
 	void *p;
 
 	gmp_gt_step_aside(name);
-	p = gmp_gt_real(name);
+	p = __atomic_load_n(&found[i], __ATOMIC_ACQUIRE);
+	if (!p) {
+		p = gmp_gt_real(name);
+		__atomic_store_n(&found[i], p, __ATOMIC_RELEASE);
+	}
 	errno = saved;
 	return p;
 }
 
 GMP_EXPORT gmp_cupti_result cuptiSubscribe(void **s, void *cb, void *u)
 {
-	sub_fn f = (sub_fn)real("cuptiSubscribe");
+	sub_fn f = (sub_fn)real("cuptiSubscribe", H_SUB);
 
 	return f ? f(s, cb, u) : GMP_CUPTI_ERROR_NOT_INITIALIZED;
 }
 
 GMP_EXPORT gmp_cupti_result cuptiActivityRegisterCallbacks(void *a, void *b)
 {
-	reg_fn f = (reg_fn)real("cuptiActivityRegisterCallbacks");
+	reg_fn f = (reg_fn)real("cuptiActivityRegisterCallbacks", H_REG);
 
 	return f ? f(a, b) : GMP_CUPTI_ERROR_NOT_INITIALIZED;
 }
 
 GMP_EXPORT gmp_cupti_result cuptiActivityEnable(int kind)
 {
-	kind_fn f = (kind_fn)real("cuptiActivityEnable");
+	kind_fn f = (kind_fn)real("cuptiActivityEnable", H_EN);
 
 	return f ? f(kind) : GMP_CUPTI_ERROR_NOT_INITIALIZED;
 }
 
 GMP_EXPORT gmp_cupti_result cuptiActivityEnableAndDump(int kind)
 {
-	kind_fn f = (kind_fn)real("cuptiActivityEnableAndDump");
+	kind_fn f = (kind_fn)real("cuptiActivityEnableAndDump", H_DUMP);
 
 	return f ? f(kind) : GMP_CUPTI_ERROR_NOT_INITIALIZED;
 }
 
 GMP_EXPORT gmp_cupti_result cuptiActivityEnableContext(void *ctx, int kind)
 {
-	ctx_fn f = (ctx_fn)real("cuptiActivityEnableContext");
+	ctx_fn f = (ctx_fn)real("cuptiActivityEnableContext", H_CTX);
 
 	return f ? f(ctx, kind) : GMP_CUPTI_ERROR_NOT_INITIALIZED;
 }
 
 GMP_EXPORT gmp_cupti_result cuptiProfilerInitialize(void *params)
 {
-	init_fn f = (init_fn)real("cuptiProfilerInitialize");
+	init_fn f = (init_fn)real("cuptiProfilerInitialize", H_PROF);
 
 	return f ? f(params) : GMP_CUPTI_ERROR_NOT_INITIALIZED;
 }

@@ -42,7 +42,10 @@ static int each_object(struct dl_phdr_info *info, size_t size, void *arg)
 	if (!n || !n[0])
 		return 0;
 	s = strrchr(n, '/');
-	if (!o->path[0] && strncmp(s ? s + 1 : n, "libcupti.so", 11) == 0)
+	/* "libcupti": also the renamed copies that repaired wheels carry
+	 * (libcupti-<hash>.so.12). */
+	if (!o->path[0] && strncmp(s ? s + 1 : n, "libcupti", 8) == 0 &&
+	    strstr(s ? s + 1 : n, ".so"))
 		snprintf(o->path, sizeof o->path, "%s", n);
 	if (!o->site[0]) {
 		const char *p = strstr(n, "/site-packages/");
@@ -195,16 +198,55 @@ int gmp_gt_load(struct gmp_cupti *api, char *why, size_t len)
 	return 0;
 }
 
+/* For gmp_gt_find_real: the loaded objects, other than this library and
+ * the main program, CUPTI-named ones first. */
+struct objs {
+	const char *name;
+	void *found;
+	int pass;
+};
+
+static int find_in(struct dl_phdr_info *info, size_t size, void *arg)
+{
+	struct objs *o = arg;
+	const char *n = info->dlpi_name, *s;
+	void *h, *p;
+
+	(void)size;
+	if (o->found || !n || !n[0])
+		return o->found != NULL;
+	s = strrchr(n, '/');
+	if ((strstr(s ? s + 1 : n, "cupti") != NULL) != (o->pass == 0))
+		return 0;
+	h = dlopen(n, RTLD_LAZY | RTLD_LOCAL | RTLD_NOLOAD);
+	if (!h) {
+		dlerror();
+		return 0;
+	}
+	p = gmp_lookup(h, o->name, NULL);
+	dlclose(h); /* NOLOAD: it stays as loaded as it was */
+	if (p && !gmp_in_range(gmp_self(), p))
+		o->found = p;
+	return o->found != NULL;
+}
+
 void *gmp_gt_find_real(const char *name)
 {
-	void *h = gmp_gt_loaded_handle(), *p = NULL;
+	struct objs o = { name, NULL, 0 };
+	void *p;
 
-	if (h) {
-		p = gmp_lookup(h, name, NULL);
-		dlclose(h); /* NOLOAD: it stays as loaded as it was */
+	/* Every loaded object is asked, not only the global scope: a CUPTI
+	 * loaded with RTLD_LOCAL (as a Python extension's dependencies are)
+	 * is bound by the PLT of its users, after us, but invisible to
+	 * RTLD_NEXT. */
+	dl_iterate_phdr(find_in, &o);
+	if (!o.found) {
+		o.pass = 1;
+		dl_iterate_phdr(find_in, &o);
 	}
-	if (!p)
-		p = gmp_lookup(RTLD_NEXT, name, NULL);
+	if (o.found)
+		return o.found;
+	p = gmp_lookup(RTLD_NEXT, name, NULL);
 	dlerror();
 	return p && !gmp_in_range(gmp_self(), p) ? p : NULL;
 }

@@ -17,9 +17,10 @@ int gmp_gt_load(struct gmp_cupti *api, char *why, size_t len);
  * RTLD_NOLOAD, so the caller dlcloses it), or NULL. */
 void *gmp_gt_loaded_handle(void);
 
-/* The program's CUPTI function `name`: from the libcupti loaded in the
- * process (also one loaded with RTLD_LOCAL), else the next definition
- * after this library; never ours. NULL when there is none. */
+/* The program's CUPTI function `name`: from the loaded objects (CUPTI-
+ * named ones first; also those loaded with RTLD_LOCAL), else the next
+ * definition after this library; never ours. NULL when there is none.
+ * Microseconds: the hooks cache it. */
 void *gmp_gt_find_real(const char *name);
 
 #endif

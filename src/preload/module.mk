@@ -91,7 +91,7 @@ PRELOAD_TESTS := $(PRELOAD_T)/cuprobe $(PRELOAD_T)/culinked \
                  $(PRELOAD_T)/nsprobe $(PRELOAD_T)/libnsdep.so \
                  $(PRELOAD_T)/nsedge $(PRELOAD_T)/lazyprobe \
                  $(PRELOAD_T)/exitjob $(PRELOAD_T)/gtprobe \
-                 $(PRELOAD_T)/gtprobe-linked
+                 $(PRELOAD_T)/gtprobe-linked $(PRELOAD_T)/libgtprof.so
 
 preload-tests: $(PRELOAD_TESTS)
 
@@ -134,7 +134,16 @@ $(PRELOAD_T)/exitjob: $(PRELOAD_TSRC)/exitjob.c $(PRELOAD_FAKE)/libcuda.so
 # the fake CUPTI (make fakecupti).
 $(PRELOAD_T)/gtprobe: $(PRELOAD_TSRC)/gtprobe.c
 	@mkdir -p $(@D)
-	$(PRELOAD_TCC) -o $@ $< -ldl
+	$(PRELOAD_TCC) -o $@ $< -ldl -Wl,--enable-new-dtags,-rpath,'$$ORIGIN'
+
+# gtprobe's "local": a profiler library linked with (fake) CUPTI, found by
+# gtprobe through its RUNPATH ($$ORIGIN).
+$(PRELOAD_T)/libgtprof.so: $(PRELOAD_TSRC)/gtprof.c \
+		$(B)/tests/fakecupti/libcupti.so.13
+	@mkdir -p $(@D)
+	$(PRELOAD_TCC) -fPIC -shared -Wl,-soname,libgtprof.so -o $@ $< \
+	    $(B)/tests/fakecupti/libcupti.so.13 \
+	    -Wl,-rpath,'$$ORIGIN/../fakecupti'
 
 $(PRELOAD_T)/gtprobe-linked: $(PRELOAD_TSRC)/gtprobe.c \
 		$(B)/tests/fakecupti/libcupti.so.13

@@ -15,6 +15,9 @@
  *              cuptiActivityEnable(CONCURRENT_KERNEL): "activity=<rc>"
  *   flush      a forced cuptiActivityFlushAll: "profiled=<records its
  *              callbacks got so far>"
+ *   local      as PyTorch's profiler is laid out: dlopen libgtprof.so
+ *              (linked with CUPTI) with RTLD_LOCAL, and subscribe through
+ *              its PLT: "local=<rc>"
  *   giveup     cuCtxDestroy of the context (the lease can be given back)
  * CUPTI is found with dlopen("libcupti.so.13") + dlsym, or, built with
  * GTPROBE_LINKED, through the PLT (linked with it). Exit status 0 unless
@@ -139,6 +142,15 @@ int main(int argc, char **argv)
 			printf("work=%d\n", rc);
 		} else if (!strcmp(argv[i], "profile")) {
 			profile();
+		} else if (!strcmp(argv[i], "local")) {
+			void *h = dlopen("libgtprof.so", RTLD_NOW | RTLD_LOCAL);
+
+			if (!h) {
+				fprintf(stderr, "gtprobe: %s\n", dlerror());
+				return 3;
+			}
+			printf("local=%d\n",
+			       ((int (*)(void))sym(h, "gtprof_subscribe"))());
 		} else if (!strcmp(argv[i], "activity")) {
 			resolve();
 			reg(req, done);
