@@ -426,7 +426,9 @@ void gmp_gt_run_pending(void)
 	int saved = errno, rc, go;
 	uint64_t t0 = 0;
 
-	if (__atomic_load_n(&gt_state, __ATOMIC_ACQUIRE) != GT_IDLE)
+	/* gt_self: CUPTI, while it starts, may call the driver (cuInit)
+	 * through our hooks on this thread, which holds gt_ctl. */
+	if (gt_self || __atomic_load_n(&gt_state, __ATOMIC_ACQUIRE) != GT_IDLE)
 		return;
 	pthread_mutex_lock(&gt_ctl);
 	pthread_mutex_lock(&gt_mu);
