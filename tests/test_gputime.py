@@ -102,6 +102,25 @@ def test_records_written_at_the_leases_end(env, tmp_path):
         "400000000", "1", "exit")
 
 
+@pytest.mark.parametrize("pool", [False, True])
+def test_cupti_that_calls_the_driver_while_it_starts(env, tmp_path, pool):
+    """CUPTI calls the driver while it starts (through the library's
+    hooks): with fixed devices the collector starts at the first device
+    call, in a pool inside cuInit itself; neither may deadlock or queue
+    again."""
+    e = gt_env(env, tmp_path, BASIC, FAKECUPTI_CALLS_DRIVER="1")
+    if pool:
+        e.update(GPUMUTEX_VISIBLE_DEVICES="0,1", GPUMUTEX_NUM_DEVICES="1")
+    r = probe(e, "work")
+    assert r.returncode == 0 and "work=0" in r.stdout, r.stderr
+    assert lines(r.stderr) == []
+    assert [c[1:] for c in calls(e) if c[1] == "driver"] == [
+        ["driver", "rc=0", "count=1"]]
+    (g,) = records(e)
+    assert g["busy"] == "400000000"
+    assert len(records(e, "grant")) == 1
+
+
 def test_busy_is_per_device_union_and_process_union(env, tmp_path):
     # Device 0 busy 0.1-0.3 s, device 1 0.2-0.4 s: the process was busy
     # 0.3 s (any GPU), its GPUs 0.4 GPU-seconds.
@@ -421,4 +440,34 @@ def test_a_given_back_lease_gets_its_final_record(env, tmp_path):
     assert [(g["lease"], g["why"], g["final"], g["held"], g["busy"])
             for g in mine] == [
         (grants[0], "give-back", "1", str(S), "400000000"),
+        (grants[1], "exit", "1", str(S), "300000000")]
+
+
+def test_a_suspended_lease_gets_its_final_record(env, tmp_path):
+    """Idle suspension (docs/suspend.md) with the option on: the records
+    are flushed before the checkpoint, the suspended lease's record is
+    final (why=suspend) and written without calling CUPTI, and the resumed
+    lease is measured on its own."""
+    from test_suspend import ready, start
+    e = gt_env(env, tmp_path, BASIC + ";" + rec("k", 0, 3_200_000_000,
+                                                3_500_000_000),
+               clock=(S, 3 * S, 4 * S), GPUMUTEX_IDLE_SUSPEND_MS="1")
+    holder = start(e, job="holder")
+    ready(holder)
+    waiter = start(dict(e, GPUMUTEX_GPU_TIME="0"), job="waiter")
+    out, err = waiter.communicate("go\nquit\n", timeout=TIMEOUT)
+    assert waiter.returncode == 0, err
+    out, err = holder.communicate("go\nquit\n", timeout=TIMEOUT)
+    assert holder.returncode == 0, err
+    assert "sync=0" in out
+    assert lines(err) == []
+    mine = [g for g in records(e) if g["pid"] == str(holder.pid)]
+    grants = [g["lease"] for g in records(e, "grant")
+              if g["pid"] == str(holder.pid)]
+    assert len(grants) == 2
+    # The first lease ends at the last work CUPTI reported (1.6 s): the
+    # process is checkpointed by then, and CUPTI is not called.
+    assert [(g["lease"], g["why"], g["final"], g["held"], g["busy"])
+            for g in mine] == [
+        (grants[0], "suspend", "1", "600000000", "400000000"),
         (grants[1], "exit", "1", str(S), "300000000")]

@@ -9,6 +9,7 @@
  * registered the buffer callbacks last, and only for enabled kinds.
  */
 #define _GNU_SOURCE
+#include <dlfcn.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -91,12 +92,34 @@ API int cuptiGetVersion(uint32_t *v)
 	return OK;
 }
 
+/* FAKECUPTI_CALLS_DRIVER=1: as CUPTI does when it starts, call the driver
+ * (cuInit and cuDeviceGetCount, found with dlopen + dlsym, so through
+ * whatever the process's dlsym hands out). */
+static void call_driver(void)
+{
+	const char *e = getenv("FAKECUPTI_CALLS_DRIVER");
+	void *h;
+	int (*init)(unsigned), (*count)(int *), n = -1, rc = -1;
+
+	if (!e || e[0] != '1')
+		return;
+	h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+	if (!h)
+		return;
+	init = (int (*)(unsigned))dlsym(h, "cuInit");
+	count = (int (*)(int *))dlsym(h, "cuDeviceGetCount");
+	if (init && count && (rc = init(0)) == 0)
+		rc = count(&n);
+	journal("driver rc=%d count=%d", rc, n);
+}
+
 API int cuptiSubscribe(void **s, void *cb, void *u)
 {
 	int rc;
 
 	(void)cb;
 	(void)u;
+	call_driver();
 	pthread_mutex_lock(&mu);
 	if (subscribed < 0) {
 		const char *e = getenv("FAKECUPTI_SUBSCRIBED");

@@ -18,6 +18,6 @@ $(FAKECUPTI_BUILD)/libcupti.so.13: $(FAKECUPTI_DIR)/fakecupti.c
 	$(CC) -std=c11 -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes \
 	    -Wmissing-prototypes -fPIC -O2 -g -fvisibility=hidden -shared \
 	    -Wl,-soname,libcupti.so.13 -Wl,-Bsymbolic -Wl,-z,defs -o $@ $< \
-	    -lpthread
+	    -ldl -lpthread
 
 .DEFAULT_GOAL := $(FAKECUPTI_SAVED_GOAL)
