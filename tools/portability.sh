@@ -51,20 +51,21 @@ rm -rf "$work"
 mkdir -p "$work"
 echo "portability: load proof of $lib ($(sha256sum "$lib" | cut -c1-12))"
 cp "$lib" "$work/libgpumutex.so"
-cp tests/fakecuda/fakecuda.c tests/fakecuda/context.c tests/fakecuda/journal.c \
-    tests/fakecuda/procaddr.c tests/fakecuda/sharedmem.c tests/fakecuda/checkpoint.c tests/fakecuda/fcint.h \
-    tests/fakecuda/fakecuda.h tests/fakecuda/stubs.txt \
-    tests/fakecuda/gen-stubs.sh tests/fakecuda/exports.map \
-    tests/portability/client.c tests/portability/contention.py \
+# The fake driver: every file of tests/fakecuda (its sources are every .c
+# but the self-test, as tests/fakecuda/module.mk builds it).
+mkdir "$work/fc"
+cp tests/fakecuda/* "$work/fc/"
+cp tests/portability/client.c tests/portability/contention.py \
     tests/lib/journal.py "$work/"
 
 chroot "$root" /bin/sh -ec '
     cd /gm
     ldd --version | head -1
-    sh gen-stubs.sh --c stubs.txt fakecuda.h > stubs.c
-    cc -std=gnu11 -O2 -fPIC -shared -pthread -I. -o libcuda.so.1 fakecuda.c \
-        context.c journal.c procaddr.c sharedmem.c checkpoint.c stubs.c \
-        -Wl,-soname,libcuda.so.1 -Wl,--version-script=exports.map -Wl,-Bsymbolic -ldl
+    sh fc/gen-stubs.sh --c fc/stubs.txt fc/fakecuda.h > stubs.c
+    rm fc/selftest.c
+    cc -std=gnu11 -O2 -fPIC -shared -pthread -Ifc -o libcuda.so.1 fc/*.c \
+        stubs.c -Wl,-soname,libcuda.so.1 -Wl,--version-script=fc/exports.map \
+        -Wl,-Bsymbolic -ldl
     ln -sf libcuda.so.1 libcuda.so
     cc -O2 -o client client.c -L. -lcuda
     python3 contention.py

@@ -475,9 +475,6 @@ static void *sp_main(void *arg)
 	return NULL;
 }
 
-typedef int (*create_fn)(pthread_t *, const pthread_attr_t *,
-			 void *(*)(void *), void *);
-
 void gmp_susp_arm(const struct gm_config *cfg, const struct gm_lease *l)
 {
 	int expect = 0;
@@ -499,21 +496,8 @@ void gmp_susp_arm(const struct gm_config *cfg, const struct gm_lease *l)
 	pthread_mutex_unlock(&pub_mu);
 	if (__atomic_compare_exchange_n(&sp_state, &expect, 1, 0,
 					__ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
-		/* As wrap.c's give-back thread: pthread_create found at run
-		 * time, every signal blocked in the thread, never joined. */
-		create_fn create = (create_fn)gmp_lookup(RTLD_DEFAULT,
-							 "pthread_create", NULL);
-		sigset_t all, old;
-		pthread_t t;
-		int ok = 0;
+		int ok = gmp_thread_start(sp_main);
 
-		dlerror();
-		if (create) {
-			sigfillset(&all);
-			sigprocmask(SIG_SETMASK, &all, &old);
-			ok = create(&t, NULL, sp_main, NULL) == 0;
-			sigprocmask(SIG_SETMASK, &old, NULL);
-		}
 		__atomic_store_n(&sp_state, ok ? 2 : 3, __ATOMIC_RELEASE);
 	}
 	__atomic_add_fetch(&sp_seq, 1, __ATOMIC_ACQ_REL);

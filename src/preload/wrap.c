@@ -361,6 +361,32 @@ int gmp_wrap_ctx_settled(void)
 typedef int (*create_fn)(pthread_t *, const pthread_attr_t *,
 			 void *(*)(void *), void *);
 
+int gmp_thread_start(void *(*fn)(void *))
+{
+	/* pthread_create looked up at run time: before glibc 2.34 it lives
+	 * in libpthread, which the library must not need at load time (a
+	 * CUDA process has it loaded: the driver needs it). */
+	create_fn create = (create_fn)gmp_lookup(RTLD_DEFAULT, "pthread_create",
+						 NULL);
+	int saved = errno, ok = 0;
+	sigset_t all, old;
+	pthread_t t;
+
+	dlerror();
+	if (create) {
+		/* The thread takes no signal meant for the program. */
+		sigfillset(&all);
+		sigprocmask(SIG_SETMASK, &all, &old);
+		/* Never joined and never detached: it runs until the process
+		 * exits (pthread_detach would need a GLIBC_2.34 symbol or
+		 * libpthread). */
+		ok = create(&t, NULL, fn, NULL) == 0;
+		sigprocmask(SIG_SETMASK, &old, NULL);
+	}
+	errno = saved;
+	return ok;
+}
+
 static int gb_state;        /* 0 none, 1 starting, 2 running, 3 cannot */
 static unsigned gb_seq;     /* bumped by every arm: "look again later" */
 static unsigned gb_delay_ms;
@@ -416,28 +442,10 @@ int gmp_wrap_giveback_arm(unsigned delay_ms)
 		return -1;
 	if (__atomic_compare_exchange_n(&gb_state, &expect, 1, 0,
 					__ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
-		/* pthread_create looked up at run time: before glibc 2.34 it
-		 * lives in libpthread, which the library must not need at
-		 * load time (a CUDA process has it loaded: the driver needs
-		 * it). */
-		create_fn create = (create_fn)gmp_lookup(RTLD_DEFAULT,
-							 "pthread_create", NULL);
-		sigset_t all, old;
-		pthread_t t;
-		int ok = 0;
+		int ok;
 
-		dlerror();
 		gb_delay_ms = delay_ms;
-		if (create) {
-			/* The thread takes no signal meant for the program. */
-			sigfillset(&all);
-			sigprocmask(SIG_SETMASK, &all, &old);
-			/* Never joined and never detached: it runs until the
-			 * process exits (pthread_detach would need a
-			 * GLIBC_2.34 symbol or libpthread). */
-			ok = create(&t, NULL, gb_main, NULL) == 0;
-			sigprocmask(SIG_SETMASK, &old, NULL);
-		}
+		ok = gmp_thread_start(gb_main);
 		STORE(gb_state, ok ? 2 : 3);
 	}
 	while ((st = LOAD(gb_state)) == 1) {

@@ -113,6 +113,13 @@ int gmp_wrap_may_hold_context(void);
  * be started (then the lease is kept). */
 int gmp_wrap_giveback_arm(unsigned delay_ms);
 
+/*
+ * Start a helper thread running fn(NULL): pthread_create found at run
+ * time, every signal blocked in the thread, never joined; errno kept.
+ * 1 when it runs, 0 when it could not be started.
+ */
+int gmp_thread_start(void *(*fn)(void *));
+
 /* The real driver's function `name` (the driver as loaded, looked up
  * past every wrapper), or NULL. */
 void *gmp_wrap_driver_fn(const char *name);

@@ -33,8 +33,9 @@ FAKECUDA_SELFTEST := $(FAKECUDA_BUILD)/selftest
 # The fake's own files (fakecuda.c, devices; context.c, contexts and
 # memory; journal.c, the journal; procaddr.c, cuGetProcAddress; fcint.h
 # what they share) and the generated stubs.
-FAKECUDA_SRCS     := $(addprefix $(FAKECUDA_DIR)/,fakecuda.c context.c journal.c procaddr.c \
-                     sharedmem.c checkpoint.c)
+# Every .c of the folder but the self-test (tools/portability.sh and
+# tests/system/scenarios.py build it the same way).
+FAKECUDA_SRCS     := $(filter-out $(FAKECUDA_DIR)/selftest.c,$(wildcard $(FAKECUDA_DIR)/*.c))
 FAKECUDA_OBJS     := $(patsubst $(FAKECUDA_DIR)/%.c,$(FAKECUDA_BUILD)/%.o,$(FAKECUDA_SRCS)) \
                      $(FAKECUDA_BUILD)/stubs.o
 

@@ -149,9 +149,10 @@ def setup():
          f"{fc}/fakecuda.h > /tmp/stubs.c")
     must("cc", "-std=gnu11", "-O2", "-fPIC", "-shared", "-pthread",
          f"-I{fc}", f"-DFAKECUDA_DEFAULT_JOURNAL=\"{JOURNAL}\"",
-         "-o", "/usr/local/lib/libcuda.so.1", f"{fc}/fakecuda.c",
-         f"{fc}/context.c", f"{fc}/journal.c", f"{fc}/procaddr.c",
-         f"{fc}/sharedmem.c", f"{fc}/checkpoint.c",
+         "-o", "/usr/local/lib/libcuda.so.1",
+         # Every source of the fake but its self-test (as its module.mk).
+         *sorted(f"{fc}/{n}" for n in os.listdir(fc)
+                 if n.endswith(".c") and n != "selftest.c"),
          "/tmp/stubs.c", "-Wl,-soname,libcuda.so.1",
          f"-Wl,--version-script={fc}/exports.map", "-Wl,-Bsymbolic", "-ldl")
     must("cc", "-O2", "-fPIC", "-shared", "-o",
