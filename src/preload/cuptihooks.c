@@ -40,90 +40,97 @@ GMP_EXPORT gmp_cupti_result cuptiActivityEnableAndDump(int kind);
 GMP_EXPORT gmp_cupti_result cuptiActivityEnableContext(void *ctx, int kind);
 GMP_EXPORT gmp_cupti_result cuptiProfilerInitialize(void *params);
 
-/* The real functions, found once (a CUPTI is not unloaded while the
- * program that uses it runs), by hook: cuptihooks.c's order below. */
+/* The real functions, by hook (the order below): the one a dlsym of its
+ * name answered last (what the program asked that handle for), or the
+ * global scope's, found once (a CUPTI is not unloaded while the program
+ * that uses it runs). Otherwise looked up for each call, from its caller
+ * (a profiler starts with a handful of these calls). */
 enum { H_SUB, H_REG, H_EN, H_DUMP, H_CTX, H_PROF, H_N };
 static void *found[H_N];
+static const char *const names[H_N] = {
+	"cuptiSubscribe", "cuptiActivityRegisterCallbacks",
+	"cuptiActivityEnable", "cuptiActivityEnableAndDump",
+	"cuptiActivityEnableContext", "cuptiProfilerInitialize",
+};
 
 /* The real function after stepping aside; errno as the caller left it. */
-static void *real(const char *name, int i)
+static void *real(int i, const void *caller)
 {
-	int saved = errno;
+	int saved = errno, global = 0;
 	void *p;
 
-	gmp_gt_step_aside(name);
+	gmp_gt_step_aside(names[i]);
 	p = __atomic_load_n(&found[i], __ATOMIC_ACQUIRE);
 	if (!p) {
-		p = gmp_gt_real(name);
-		__atomic_store_n(&found[i], p, __ATOMIC_RELEASE);
+		p = gmp_gt_real(names[i], caller, &global);
+		if (p && global)
+			__atomic_store_n(&found[i], p, __ATOMIC_RELEASE);
 	}
 	errno = saved;
 	return p;
 }
 
+#define CALLER __builtin_return_address(0)
+
 GMP_EXPORT gmp_cupti_result cuptiSubscribe(void **s, void *cb, void *u)
 {
-	sub_fn f = (sub_fn)real("cuptiSubscribe", H_SUB);
+	sub_fn f = (sub_fn)real(H_SUB, CALLER);
 
 	return f ? f(s, cb, u) : GMP_CUPTI_ERROR_NOT_INITIALIZED;
 }
 
 GMP_EXPORT gmp_cupti_result cuptiActivityRegisterCallbacks(void *a, void *b)
 {
-	reg_fn f = (reg_fn)real("cuptiActivityRegisterCallbacks", H_REG);
+	reg_fn f = (reg_fn)real(H_REG, CALLER);
 
 	return f ? f(a, b) : GMP_CUPTI_ERROR_NOT_INITIALIZED;
 }
 
 GMP_EXPORT gmp_cupti_result cuptiActivityEnable(int kind)
 {
-	kind_fn f = (kind_fn)real("cuptiActivityEnable", H_EN);
+	kind_fn f = (kind_fn)real(H_EN, CALLER);
 
 	return f ? f(kind) : GMP_CUPTI_ERROR_NOT_INITIALIZED;
 }
 
 GMP_EXPORT gmp_cupti_result cuptiActivityEnableAndDump(int kind)
 {
-	kind_fn f = (kind_fn)real("cuptiActivityEnableAndDump", H_DUMP);
+	kind_fn f = (kind_fn)real(H_DUMP, CALLER);
 
 	return f ? f(kind) : GMP_CUPTI_ERROR_NOT_INITIALIZED;
 }
 
 GMP_EXPORT gmp_cupti_result cuptiActivityEnableContext(void *ctx, int kind)
 {
-	ctx_fn f = (ctx_fn)real("cuptiActivityEnableContext", H_CTX);
+	ctx_fn f = (ctx_fn)real(H_CTX, CALLER);
 
 	return f ? f(ctx, kind) : GMP_CUPTI_ERROR_NOT_INITIALIZED;
 }
 
 GMP_EXPORT gmp_cupti_result cuptiProfilerInitialize(void *params)
 {
-	init_fn f = (init_fn)real("cuptiProfilerInitialize", H_PROF);
+	init_fn f = (init_fn)real(H_PROF, CALLER);
 
 	return f ? f(params) : GMP_CUPTI_ERROR_NOT_INITIALIZED;
 }
 
-void *gmp_cupti_hook(const char *name)
+void *gmp_cupti_hook(const char *name, void *answer)
 {
-	static const struct {
-		const char *name;
-		void *fn;
-	} t[] = {
-		{ "cuptiSubscribe", (void *)&cuptiSubscribe },
-		{ "cuptiActivityRegisterCallbacks",
-		  (void *)&cuptiActivityRegisterCallbacks },
-		{ "cuptiActivityEnable", (void *)&cuptiActivityEnable },
-		{ "cuptiActivityEnableAndDump",
-		  (void *)&cuptiActivityEnableAndDump },
-		{ "cuptiActivityEnableContext",
-		  (void *)&cuptiActivityEnableContext },
-		{ "cuptiProfilerInitialize", (void *)&cuptiProfilerInitialize },
+	static void *const hooks[H_N] = {
+		(void *)&cuptiSubscribe, (void *)&cuptiActivityRegisterCallbacks,
+		(void *)&cuptiActivityEnable, (void *)&cuptiActivityEnableAndDump,
+		(void *)&cuptiActivityEnableContext,
+		(void *)&cuptiProfilerInitialize,
 	};
 
 	if (strncmp(name, "cupti", 5) != 0)
 		return NULL;
-	for (size_t i = 0; i < sizeof t / sizeof t[0]; i++)
-		if (strcmp(name, t[i].name) == 0)
-			return t[i].fn;
+	for (int i = 0; i < H_N; i++)
+		if (strcmp(name, names[i]) == 0) {
+			if (answer)
+				__atomic_store_n(&found[i], answer,
+						 __ATOMIC_RELEASE);
+			return hooks[i];
+		}
 	return NULL;
 }

@@ -572,9 +572,9 @@ void gmp_gt_step_aside(const char *call)
 	errno = saved;
 }
 
-void *gmp_gt_real(const char *name)
+void *gmp_gt_real(const char *name, const void *caller, int *global)
 {
-	return gmp_gt_find_real(name);
+	return gmp_gt_find_real(name, caller, global);
 }
 
 void gmp_gt_atfork_child(void)

@@ -45,8 +45,9 @@ void gmp_gt_tick(void);
 /* A CUPTI entry point that a profiler uses was called by the program
  * (hooks.c): step aside first, for good. */
 void gmp_gt_step_aside(const char *call);
-/* The real CUPTI function `name` for hooks.c (NULL: none found). */
-void *gmp_gt_real(const char *name);
+/* The real CUPTI function `name` for a call from `caller` (cuptihooks.c;
+ * gtload.h's gmp_gt_find_real). NULL: none found. */
+void *gmp_gt_real(const char *name, const void *caller, int *global);
 
 /* Fork: the child has no subscription and collects nothing. */
 void gmp_gt_atfork_child(void);

@@ -15,6 +15,7 @@
 #include "compat.h"
 #include <dlfcn.h>
 #include <link.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -198,55 +199,79 @@ int gmp_gt_load(struct gmp_cupti *api, char *why, size_t len)
 	return 0;
 }
 
-/* For gmp_gt_find_real: the loaded objects, other than this library and
- * the main program, CUPTI-named ones first. */
-struct objs {
-	const char *name;
-	void *found;
-	int pass;
-};
+/* Where a CUPTI symbol is looked up when neither scope below has it: the
+ * loaded objects' names, collected first (CUPTI-named ones first) and
+ * opened only after dl_iterate_phdr has returned. dlopen inside its
+ * callback would take the loader's lock while the iteration holds the
+ * link-map lock: the reverse of a concurrent dlopen's order (a deadlock
+ * of the host). */
+#define GT_MAXOBJ 64
+static struct {
+	char name[GT_MAXOBJ][512];
+	int n;
+} objs;
 
-static int find_in(struct dl_phdr_info *info, size_t size, void *arg)
+static int collect(struct dl_phdr_info *info, size_t size, void *arg)
 {
-	struct objs *o = arg;
+	const int *pass = arg;
 	const char *n = info->dlpi_name, *s;
-	void *h, *p;
 
 	(void)size;
-	if (o->found || !n || !n[0])
-		return o->found != NULL;
+	if (!n || !n[0] || objs.n == GT_MAXOBJ || strlen(n) >= sizeof objs.name[0])
+		return 0;
 	s = strrchr(n, '/');
-	if ((strstr(s ? s + 1 : n, "cupti") != NULL) != (o->pass == 0))
-		return 0;
-	h = dlopen(n, RTLD_LAZY | RTLD_LOCAL | RTLD_NOLOAD);
-	if (!h) {
-		dlerror();
-		return 0;
-	}
-	p = gmp_lookup(h, o->name, NULL);
-	dlclose(h); /* NOLOAD: it stays as loaded as it was */
-	if (p && !gmp_in_range(gmp_self(), p))
-		o->found = p;
-	return o->found != NULL;
+	if ((strstr(s ? s + 1 : n, "cupti") != NULL) == (*pass == 0))
+		memcpy(objs.name[objs.n++], n, strlen(n) + 1);
+	return 0;
 }
 
-void *gmp_gt_find_real(const char *name)
+/* `name` in the lookup scope of the loaded object `path` (its own and its
+ * dependencies' definitions), never ours; NULL if none. */
+static void *in_object(const char *path, const char *name)
 {
-	struct objs o = { name, NULL, 0 };
-	void *p;
+	void *h = dlopen(path, RTLD_LAZY | RTLD_LOCAL | RTLD_NOLOAD), *p;
 
-	/* Every loaded object is asked, not only the global scope: a CUPTI
-	 * loaded with RTLD_LOCAL (as a Python extension's dependencies are)
-	 * is bound by the PLT of its users, after us, but invisible to
-	 * RTLD_NEXT. */
-	dl_iterate_phdr(find_in, &o);
-	if (!o.found) {
-		o.pass = 1;
-		dl_iterate_phdr(find_in, &o);
+	if (!h) {
+		dlerror();
+		return NULL;
 	}
-	if (o.found)
-		return o.found;
-	p = gmp_lookup(RTLD_NEXT, name, NULL);
+	p = gmp_lookup(h, name, NULL);
+	dlclose(h); /* NOLOAD: it stays as loaded as it was */
 	dlerror();
 	return p && !gmp_in_range(gmp_self(), p) ? p : NULL;
+}
+
+void *gmp_gt_find_real(const char *name, const void *caller, int *global)
+{
+	static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+	struct link_map *lm = NULL;
+	Dl_info info;
+	void *p;
+
+	*global = 0;
+	/* As the caller's reference binds without us: the global scope
+	 * after this library, then the caller's own scope (an object loaded
+	 * with RTLD_LOCAL, as a Python extension's dependencies are: its PLT
+	 * reached us first because we are in the global scope). */
+	p = gmp_lookup(RTLD_NEXT, name, NULL);
+	dlerror();
+	if (p && !gmp_in_range(gmp_self(), p)) {
+		*global = 1;
+		return p;
+	}
+	if (caller && dladdr1(caller, &info, (void **)&lm, RTLD_DL_LINKMAP) &&
+	    lm && lm->l_name && lm->l_name[0] &&
+	    (p = in_object(lm->l_name, name)) != NULL)
+		return p;
+	/* Last: any loaded object that has it, CUPTI-named ones first. */
+	p = NULL;
+	pthread_mutex_lock(&mu);
+	for (int pass = 0; pass < 2 && !p; pass++) {
+		objs.n = 0;
+		dl_iterate_phdr(collect, &pass);
+		for (int i = 0; i < objs.n && !p; i++)
+			p = in_object(objs.name[i], name);
+	}
+	pthread_mutex_unlock(&mu);
+	return p;
 }

@@ -17,10 +17,12 @@ int gmp_gt_load(struct gmp_cupti *api, char *why, size_t len);
  * RTLD_NOLOAD, so the caller dlcloses it), or NULL. */
 void *gmp_gt_loaded_handle(void);
 
-/* The program's CUPTI function `name`: from the loaded objects (CUPTI-
- * named ones first; also those loaded with RTLD_LOCAL), else the next
- * definition after this library; never ours. NULL when there is none.
- * Microseconds: the hooks cache it. */
-void *gmp_gt_find_real(const char *name);
+/* The program's CUPTI function `name`, as a reference from the object
+ * that contains `caller` binds it without this library: the global
+ * scope after this library (*global = 1: the same for every caller),
+ * else that object's own lookup scope, else any loaded object that has
+ * it (CUPTI-named ones first); never ours. NULL when there is none.
+ * Microseconds. */
+void *gmp_gt_find_real(const char *name, const void *caller, int *global);
 
 #endif

@@ -5,7 +5,8 @@
 #define GPUMUTEX_PRELOAD_HOOKPRIV_H
 
 /* Our hook for the CUPTI function `name`, or NULL when it is not one of
- * those cuptihooks.c interposes. */
-void *gmp_cupti_hook(const char *name);
+ * those cuptihooks.c interposes. `answer`, when not NULL: the real
+ * function a dlsym of that name found, which the hook then calls. */
+void *gmp_cupti_hook(const char *name, void *answer);
 
 #endif

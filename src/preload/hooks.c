@@ -292,7 +292,7 @@ struct gmp_answer {
 static int handled(const char *name)
 {
 	if (name[2] == 'p')
-		return gmp_cupti_hook(name) != NULL;
+		return gmp_cupti_hook(name, NULL) != NULL;
 	if (gmp_wrappers())
 		return name[2] >= 'A' && name[2] <= 'Z';
 	if (name[2] == 'I')
@@ -331,7 +331,7 @@ static struct gmp_answer decide(void *handle, const char *name,
 		/* A CUPTI entry point a profiler starts with: ours, which
 		 * steps aside and calls the program's own. */
 		if (r)
-			r = gmp_cupti_hook(name);
+			r = gmp_cupti_hook(name, r);
 	} else if (c && !gmp_in_range(&c->range, caller)) {
 		r = swap(r, c);
 	}
