@@ -93,7 +93,7 @@ RUN_OBJ := $(B)/prog/cli/run.o $(B)/prog/cli/gpumutex-run.o
 .DEFAULT_GOAL := ship
 .PHONY: all ship
 ship: $(SHIP_PROGS) $(SHIP_LIBS)
-all: ship $(B)/liblease.a $(TEST_BINS) fakenvml
+all: ship $(B)/liblease.a $(TEST_BINS) fakenvml fakecupti
 
 .PHONY: gate portability distro-check fresh-check
 # The load gate (glibc floor, NEEDED, exports): docs/portability.md. The
@@ -171,6 +171,7 @@ $(B)/tests/lease-unit-san: $(LEASE_UNIT_SRC) tests/lease/lease-unit.h $(B)/lible
 # Makefile fragments of the other modules (each defines its own targets).
 -include tests/fakecuda/module.mk
 -include tests/fakenvml/module.mk
+-include tests/fakecupti/module.mk
 -include src/preload/module.mk
 -include src/offload/module.mk
 -include src/offload/pcopy/module.mk
@@ -256,11 +257,13 @@ bench-agents: all
 gpu-check: all
 	bash tests/gpu/run.sh $${GPU_OUT:-build/gpu-check}
 	bash tests/gpu/suspend.sh $${GPU_OUT:-build/gpu-check}/suspend
+	bash tests/gpu/gpu_time.sh $${GPU_OUT:-build/gpu-check}/gpu-time
 
 lint:
 	cppcheck --quiet --error-exitcode=1 --enable=warning,portability \
 	  --std=c11 --inline-suppr -Isrc/lease -Isrc/cli \
 	  src/lease src/preload src/cli src/compat tests/lease tests/preload tests/stress \
+  tests/fakecupti \
 	  bench demo
 	shellcheck .ci/run tools/*.sh tests/fakecuda/gen-stubs.sh tests/system/run.sh \
 	  tests/system/wheel.sh

@@ -29,7 +29,12 @@ from preloadlib import built, env, nvcc_built  # noqa: F401 (fixtures)
 
 
 EXPORTS = {"cuInit", "cuGetProcAddress", "cuGetProcAddress_v2", "dlsym",
-           "dlvsym", "dlmopen"}
+           "dlvsym", "dlmopen",
+           # The CUPTI entry points a profiler starts with
+           # (src/preload/cuptihooks.c).
+           "cuptiSubscribe", "cuptiActivityRegisterCallbacks",
+           "cuptiActivityEnable", "cuptiActivityEnableAndDump",
+           "cuptiActivityEnableContext", "cuptiProfilerInitialize"}
 
 
 # ---- Every path to cuInit -----------------------------------------------

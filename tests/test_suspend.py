@@ -95,6 +95,37 @@ def test_idle_holder_yields_to_waiter_and_resumes(env):
     assert r.returncode == 0, r.stderr
     rows = r.stdout.split("Idle suspensions")[1].splitlines()[2:]
     assert rows and rows[0].split()[:3] == ["holder", str(holder.pid), "0"]
+    # report --json has the same suspension, per lease, job and user too.
+    import json
+    r = subprocess.run([str(B / "gpumutex"), "report", "--json",
+                        "--lock-dir", e["GPUMUTEX_LOCK_DIR"]],
+                       capture_output=True, text=True, timeout=TIMEOUT)
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    (s,) = doc["suspensions"]
+    assert (s["pid"], s["job"], s["devices"], s["resumed"]) == (
+        holder.pid, "holder", [0], True)
+    r = subprocess.run([str(B / "gpumutex"), "log", "--json", "--lock-dir",
+                        e["GPUMUTEX_LOCK_DIR"]], capture_output=True,
+                       text=True, timeout=TIMEOUT)
+    logged = [json.loads(x) for x in r.stdout.splitlines()]
+    (susp,) = [x for x in logged if x["ev"] == "suspend"]
+    (res,) = [x for x in logged if x["ev"] == "resume"]
+    assert s["memory_bytes"] == susp["memory"]
+    assert s["checkpoint_s"] == pytest.approx(susp["checkpoint_s"], abs=1e-3)
+    assert s["lease"] == susp["lease"]
+    assert s["suspended_s"] == pytest.approx(res["t"] - susp["t"], abs=1e-3)
+    (job,) = [j for j in doc["jobs"] if j["job"] == "holder"]
+    (lease,) = [x for x in doc["leases"] if x["lease"] == s["lease"]]
+    (user,) = doc["users"]
+    for totals in (job["suspensions"], lease["suspensions"],
+                   user["suspensions"]):
+        assert totals["count"] == 1
+        assert totals["memory_moved_bytes"] == s["memory_bytes"]
+        assert totals["suspended_s"] == pytest.approx(s["suspended_s"])
+        assert totals["checkpoint_s"] == pytest.approx(s["checkpoint_s"])
+    (waiter_job,) = [j for j in doc["jobs"] if j["job"] == "waiter"]
+    assert waiter_job["suspensions"]["count"] == 0
     svg = os.path.join(os.path.dirname(e["FAKECUDA_JOURNAL"]), "r.svg")
     r = subprocess.run([str(B / "gpumutex"), "report", "--lock-dir",
                         e["GPUMUTEX_LOCK_DIR"], "--svg", svg],

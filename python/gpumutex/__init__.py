@@ -10,7 +10,8 @@ exclusive use of GPUs; processes that never initialise CUDA never wait.
     gpumutex.system("python train.py", visible_devices=[0, 1, 2, 3])
 
 The keyword arguments (``visible_devices``, ``num_devices``, ``lock_dir``,
-``timeout``, ``quiet``, and keyword-only ``idle_suspend_ms``) set
+``timeout``, ``quiet``, and keyword-only ``idle_suspend_ms`` and
+``gpu_time``) set
 gpumutex's variables in the child's environment
 only, never in the caller's ``os.environ``. Everything is checked before
 anything runs: a bad value raises TypeError or ValueError naming it.
@@ -46,13 +47,16 @@ def _child_env(kwargs: Dict[str, Any], visible_devices: Optional[Devices],
                timeout: Optional[float], quiet: Optional[bool]) -> None:
     """Replace kwargs["env"] by the gpumutex environment built over it;
     say so on stderr when the child joins the job it is started in.
-    ``idle_suspend_ms`` (keyword only, in every function) is taken out of
-    kwargs here: GPUMUTEX_IDLE_SUSPEND_MS."""
+    ``idle_suspend_ms`` and ``gpu_time`` (keyword only, in every function)
+    are taken out of kwargs here: GPUMUTEX_IDLE_SUSPEND_MS and
+    GPUMUTEX_GPU_TIME."""
     idle = kwargs.pop("idle_suspend_ms", None)
+    gpu_time = kwargs.pop("gpu_time", None)
     kwargs["env"], note = child_environ(visible_devices, num_devices,
                                         lock_dir, timeout, quiet,
                                         kwargs.get("env"),
-                                        idle_suspend_ms=idle)
+                                        idle_suspend_ms=idle,
+                                        gpu_time=gpu_time)
     if note:
         sys.stderr.write(f"gpumutex: {note}\n")
         sys.stderr.flush()

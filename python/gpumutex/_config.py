@@ -38,6 +38,7 @@ JOB = "GPUMUTEX_JOB"
 LIBRARY = "GPUMUTEX_LIBRARY"
 RECHECK = "GPUMUTEX_RECHECK_MS"
 IDLE_SUSPEND = "GPUMUTEX_IDLE_SUSPEND_MS"
+GPU_TIME = "GPUMUTEX_GPU_TIME"
 GIVE_BACK = "GPUMUTEX_GIVE_BACK_MS"
 PLACEHOLDER = "GPUMUTEX_CUDA_PLACEHOLDER"  # the library's (src/preload/gatepriv.h)
 
@@ -203,6 +204,24 @@ def check_quiet(name: str, text: str) -> bool:
     raise ValueError(
         f"{name}={text!r} is not valid; expected 1 (no waiting line) or 0 "
         f"(print it)")
+
+
+def check_gpu_time(name: str, text: str) -> bool:
+    """Exactly "1" (measure GPU time) or "0", as the library reads it."""
+    if text in ("0", "1"):
+        return text == "1"
+    raise ValueError(
+        f"{name}={text!r} is not valid; expected 1 (measure each process's "
+        f"GPU time) or 0")
+
+
+def gpu_time_text(value: object) -> str:
+    """The GPUMUTEX_GPU_TIME text for the ``gpu_time`` argument."""
+    if not isinstance(value, bool):
+        raise TypeError(
+            f"gpu_time must be True or False, not {_type_name(value)} "
+            f"({value!r})")
+    return "1" if value else "0"
 
 
 def check_recheck_ms(name: str, text: str) -> int:
@@ -377,11 +396,14 @@ def environ(visible_devices: Optional[Devices] = None,
             timeout: Optional[float] = None,
             quiet: Optional[bool] = None,
             env: Optional[Mapping[str, str]] = None,
-            *, idle_suspend_ms: Optional[int] = None) -> Dict[str, str]:
+            *, idle_suspend_ms: Optional[int] = None,
+            gpu_time: Optional[bool] = None) -> Dict[str, str]:
     """Return a new dict: the environment a child needs to run under gpumutex.
 
     ``idle_suspend_ms`` sets GPUMUTEX_IDLE_SUSPEND_MS (0 = never suspend an
-    idle job; docs/suspend.md).
+    idle job; docs/suspend.md). ``gpu_time=True`` sets GPUMUTEX_GPU_TIME=1:
+    each process's measured GPU time goes into the event log
+    (docs/preload.md, "GPU time").
 
     The base is a copy of `env`, or of ``os.environ`` when `env` is None;
     neither is modified. Each argument that is not None sets its variable,
@@ -420,7 +442,8 @@ def environ(visible_devices: Optional[Devices] = None,
     ('0,1', '2')
     """
     return child_environ(visible_devices, num_devices, lock_dir, timeout,
-                         quiet, env, idle_suspend_ms=idle_suspend_ms)[0]
+                         quiet, env, idle_suspend_ms=idle_suspend_ms,
+                         gpu_time=gpu_time)[0]
 
 
 def idle_suspend_text(value: object) -> str:
@@ -443,7 +466,8 @@ def child_environ(visible_devices: Optional[Devices] = None,
                   timeout: Optional[float] = None,
                   quiet: Optional[bool] = None,
                   env: Optional[Mapping[str, str]] = None,
-                  *, idle_suspend_ms: Optional[int] = None
+                  *, idle_suspend_ms: Optional[int] = None,
+                  gpu_time: Optional[bool] = None
                   ) -> Tuple[Dict[str, str], Optional[str]]:
     """environ(), and the line to print (or None) when the child joins the
     job it is started in."""
@@ -464,6 +488,8 @@ def child_environ(visible_devices: Optional[Devices] = None,
         args[QUIET] = quiet_text(quiet)
     if idle_suspend_ms is not None:
         args[IDLE_SUSPEND] = idle_suspend_text(idle_suspend_ms)
+    if gpu_time is not None:
+        args[GPU_TIME] = gpu_time_text(gpu_time)
 
     # ... then what the child will see, argument or inherited variable.
     if VISIBLE in args:
@@ -500,6 +526,8 @@ def child_environ(visible_devices: Optional[Devices] = None,
         _inherited(check_recheck_ms, IDLE_SUSPEND, out[IDLE_SUSPEND])
     if GIVE_BACK in out:
         _inherited(check_recheck_ms, GIVE_BACK, out[GIVE_BACK])
+    if GPU_TIME not in args and GPU_TIME in out:
+        _inherited(check_gpu_time, GPU_TIME, out[GPU_TIME])
 
     lib = preload_library(out)
     out.update(args)

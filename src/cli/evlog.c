@@ -149,12 +149,28 @@ static int64_t num(const char *v)
 	return neg ? -(int64_t)n : (int64_t)n;
 }
 
+/* The fields of a gputime record (docs/report.md, "GPU time"). */
+static void gt_fields(struct gm_ev *e, const char *k, const char *v)
+{
+	static const char *const names[] = { "held", "busy", "gpubusy",
+					     "kernel", "copy", "idlemax" };
+	int64_t *slots[] = { &e->held, &e->busy, &e->gpubusy, &e->kernel,
+			     &e->copy, &e->idlemax };
+
+	for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+		if (!strcmp(k, names[i]))
+			*slots[i] = num(v);
+	if (!strcmp(k, "final"))
+		e->final = (int)num(v);
+}
+
 int gm_ev_parse(const char *line, struct gm_ev *e)
 {
 	static const struct { const char *n; enum gm_evkind k; } kinds[] = {
 		{ "wait", EV_WAIT }, { "grant", EV_GRANT }, { "join", EV_JOIN },
 		{ "giveup", EV_GIVEUP }, { "exit", EV_EXIT }, { "util", EV_UTIL },
 		{ "suspend", EV_SUSPEND }, { "resume", EV_RESUME },
+		{ "gputime", EV_GPUTIME },
 	};
 	char *copy, *p, *tok, *save = NULL;
 	const char *cmd;
@@ -241,6 +257,8 @@ int gm_ev_parse(const char *line, struct gm_ev *e)
 			e->took = num(v);
 		else if (!strcmp(tok, "idle") || !strcmp(tok, "suspended"))
 			e->dur = num(v);
+		else
+			gt_fields(e, tok, v);
 	}
 	free(copy);
 	if (!have_t || !e->mono)

@@ -14,7 +14,7 @@
 #include "lease.h" /* gm_job_short */
 
 enum gm_evkind { EV_WAIT, EV_GRANT, EV_JOIN, EV_GIVEUP, EV_EXIT, EV_UTIL,
-		 EV_END, EV_OTHER, EV_SUSPEND, EV_RESUME };
+		 EV_END, EV_OTHER, EV_SUSPEND, EV_RESUME, EV_GPUTIME };
 
 /* One record. Times: t (CLOCK_REALTIME ns) and mono (CLOCK_MONOTONIC ns)
  * read together by the writer; other times in a record are monotonic
@@ -37,6 +37,10 @@ struct gm_ev {
 	int64_t took, dur;                  /* suspend: checkpoint time, idle
 					     * time; resume: dur = time
 					     * suspended (waited: for GPUs) */
+	/* gputime (docs/report.md, "GPU time"): ns, cumulative for the
+	 * process's lease; final 1 on its last record. */
+	int64_t held, busy, gpubusy, kernel, copy, idlemax;
+	int final;
 	char *cmd;                          /* "" when none; owned */
 	/* EV_END (made by the reader): how its time is known. */
 	const char *how;

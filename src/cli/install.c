@@ -117,6 +117,8 @@ static void usage(FILE *f, int install)
 			"  --timeout SECONDS       longest wait (default: for ever)\n"
 			"  --quiet, --quiet=1|0    no waiting line (1), or the line (0; the\n"
 			"                          default), as `gpumutex run --quiet`\n"
+			"  --gpu-time yes|no       measure each process's GPU time per lease\n"
+			"                          (gpu_time; docs/preload.md, \"GPU time\")\n"
 			"  --enforce yes|no        binding (default yes): the environment may\n"
 			"                          narrow but not widen or turn gpumutex off\n"
 			"  --lib PATH              the library to install (default: the\n"
@@ -145,6 +147,7 @@ static const char *const flag_names[GM_CONF_NKEYS] = {
 	[GM_CONF_RECHECK_MS] = "--recheck-ms",
 	[GM_CONF_ENFORCE] = "--enforce",
 	[GM_CONF_IDLE_SUSPEND_MS] = "--idle-suspend-ms",
+	[GM_CONF_GPU_TIME] = "--gpu-time",
 };
 
 /* argv -> o; 0, or the exit status of a usage error. */

@@ -81,6 +81,11 @@ static void print_ev(const struct gm_ev *e, int json)
 		if (e->kind == EV_RESUME)
 			printf(",\"memory\":%" PRIu64 ",\"suspended_s\":%.3f,\"waited\":%.6f",
 			       e->used, e->dur / 1e9, e->waited / 1e9);
+		if (e->kind == EV_GPUTIME)
+			printf(",\"held_s\":%.6f,\"busy_s\":%.6f,\"gpu_busy_s\":%.6f,\"kernel_s\":%.6f,\"copy_s\":%.6f,\"longest_idle_s\":%.6f,\"final\":%s,\"why\":\"%s\"",
+			       e->held / 1e9, e->busy / 1e9, e->gpubusy / 1e9,
+			       e->kernel / 1e9, e->copy / 1e9, e->idlemax / 1e9,
+			       e->final ? "true" : "false", e->why);
 		if (e->kind == EV_END)
 			printf(",\"how\":\"%s\",\"exact\":%s,\"last_seen\":%.6f",
 			       e->how, strcmp(e->how, "woken") && strcmp(e->how, "exit") ?
@@ -130,6 +135,14 @@ static void print_ev(const struct gm_ev *e, int json)
 		secs(w, sizeof w, e->waited);
 		printf(" (waited %s for it)", w);
 		break;
+	case EV_GPUTIME:
+		secs(w, sizeof w, e->gpubusy);
+		printf("GPU %s busy %s of ", dev, w);
+		secs(w, sizeof w, e->held);
+		printf("%s held (kernels %.3f s, copies %.3f s, longest idle %.3f s)%s",
+		       w, e->kernel / 1e9, e->copy / 1e9, e->idlemax / 1e9,
+		       e->final ? "" : ", so far");
+		break;
 	case EV_UTIL:
 		printf("GPU %s: %d%% busy, %.1f of %.1f GiB", dev, e->gpu,
 		       e->used / 1073741824.0, e->total / 1073741824.0);
@@ -137,7 +150,8 @@ static void print_ev(const struct gm_ev *e, int json)
 	default:
 		break;
 	}
-	if (*c && e->kind != EV_UTIL && e->kind != EV_EXIT)
+	if (*c && e->kind != EV_UTIL && e->kind != EV_EXIT &&
+	    e->kind != EV_GPUTIME)
 		printf("  %s", c);
 	printf("\n");
 }

@@ -153,6 +153,73 @@ static void queue(FILE *f, const struct gm_state *st)
  * hand-offs). They restart from the log's first record: after a rotation
  * drops old records a counter goes down, which Prometheus's rate() and
  * increase() take as a reset. */
+/* gputime records grouped by process and lease, the latest last. */
+static const struct gm_log *gt_log;
+static int gt_order(const void *a, const void *b)
+{
+	const struct gm_ev *x = &gt_log->ev[*(const int *)a];
+	const struct gm_ev *y = &gt_log->ev[*(const int *)b];
+
+	if (x->uid != y->uid)
+		return x->uid < y->uid ? -1 : 1;
+	if (x->lease != y->lease)
+		return x->lease < y->lease ? -1 : 1;
+	if (x->pid != y->pid)
+		return x->pid < y->pid ? -1 : 1;
+	return x->t < y->t ? -1 : x->t > y->t;
+}
+
+/*
+ * Measured GPU time (GPUMUTEX_GPU_TIME=1; docs/report.md, "GPU time"):
+ * each process's records are cumulative for its lease, so the latest of
+ * each (user, lease, process) counts.
+ */
+static void gpu_time(FILE *f, const struct gm_log *L)
+{
+	int *ix = malloc(sizeof(int) * (size_t)(L->nev + 1)), n = 0;
+	int64_t held = 0, busy = 0, kernel = 0, copy = 0;
+	uint64_t procs = 0;
+
+	for (int i = 0; ix && i < L->nev; i++)
+		if (L->ev[i].kind == EV_GPUTIME)
+			ix[n++] = i;
+	gt_log = L;
+	if (ix)
+		qsort(ix, (size_t)n, sizeof *ix, gt_order);
+	for (int k = 0; k < n; k++) {
+		const struct gm_ev *e = &L->ev[ix[k]], *x;
+
+		if (k + 1 < n) {
+			x = &L->ev[ix[k + 1]];
+			if (x->uid == e->uid && x->lease == e->lease &&
+			    x->pid == e->pid)
+				continue;
+		}
+		procs++;
+		held += e->held * (__builtin_popcountll(e->dev) ?
+				   __builtin_popcountll(e->dev) : 1);
+		busy += e->gpubusy ? e->gpubusy : e->busy;
+		kernel += e->kernel;
+		copy += e->copy;
+	}
+	free(ix);
+	head(f, "gpumutex_gpu_time_processes_total", "counter",
+	     "Processes whose GPU time was measured in a lease (GPUMUTEX_GPU_TIME=1; event log).");
+	fprintf(f, "gpumutex_gpu_time_processes_total %" PRIu64 "\n", procs);
+	head(f, "gpumutex_gpu_time_held_seconds_total", "counter",
+	     "GPU-seconds those processes held their leases' GPUs while measured (event log).");
+	fprintf(f, "gpumutex_gpu_time_held_seconds_total %.3f\n", secs(held));
+	head(f, "gpumutex_gpu_time_busy_seconds_total", "counter",
+	     "GPU-seconds in which their GPUs ran a kernel or a memory copy of theirs (event log).");
+	fprintf(f, "gpumutex_gpu_time_busy_seconds_total %.3f\n", secs(busy));
+	head(f, "gpumutex_gpu_time_kernel_seconds_total", "counter",
+	     "Seconds of their kernels, summed (concurrent kernels each count; event log).");
+	fprintf(f, "gpumutex_gpu_time_kernel_seconds_total %.3f\n", secs(kernel));
+	head(f, "gpumutex_gpu_time_copy_seconds_total", "counter",
+	     "Seconds of their memory copies, summed (event log).");
+	fprintf(f, "gpumutex_gpu_time_copy_seconds_total %.3f\n", secs(copy));
+}
+
 static void counters(FILE *f, const struct gm_log *L)
 {
 	uint64_t grants[GM_MAX_DEVICES] = { 0 }, handoffs[GM_MAX_DEVICES] = { 0 };
@@ -206,6 +273,7 @@ static void counters(FILE *f, const struct gm_log *L)
 	head(f, "gpumutex_checkpoint_seconds_total", "counter",
 	     "Seconds those suspensions spent checkpointing (event log).");
 	fprintf(f, "gpumutex_checkpoint_seconds_total %.3f\n", secs(ckpt));
+	gpu_time(f, L);
 }
 
 static void up(FILE *f, int ok, int exists)

@@ -89,6 +89,13 @@ static struct gm_rwho *who(struct gm_rwho **v, int *n, unsigned uid,
 	return w;
 }
 
+struct gm_rwho *gm_report_who(struct gm_report *r, unsigned uid,
+			      const char *job)
+{
+	return job ? who(&r->jobs, &r->njobs, uid, job) :
+		     who(&r->users, &r->nusers, uid, NULL);
+}
+
 static int by_hours(const void *a, const void *b)
 {
 	const struct gm_rwho *x = a, *y = b;
@@ -303,6 +310,7 @@ void gm_report_build(struct gm_report *r)
 	qsort(r->idle, (size_t)r->nidle, sizeof *r->idle, by_idle);
 	qsort(r->gpus, (size_t)r->ngpus, sizeof *r->gpus, by_index);
 	per_gpu(r);
+	gm_report_gt_build(r);
 	qsort(r->users, (size_t)r->nusers, sizeof *r->users, by_hours);
 	qsort(r->jobs, (size_t)r->njobs, sizeof *r->jobs, by_hours);
 }
@@ -423,6 +431,7 @@ static void text(const struct gm_report *r)
 		       gm_job_short(p->job, js, sizeof js), p->cmd);
 	}
 	gm_report_suspensions(stdout, r);
+	gm_report_gt_text(stdout, r);
 	{
 		int inexact = 0;
 		for (int s = 0; s < L->nspans; s++)
@@ -579,6 +588,7 @@ int gm_report_main(int argc, char **argv)
 	free(r.users);
 	free(r.jobs);
 	free(r.idle);
+	free(r.gt);
 	gm_log_free(&log);
 	return rc;
 }

@@ -74,8 +74,12 @@ void gm_report_json(const struct gm_report *r)
 				gm_json_str(stdout, v[i].cmd ? v[i].cmd : "");
 				printf(",");
 			}
-			printf("\"gpu_hours\":%.9f,\"leases\":%d,\"waits\":%d,\"waited_s\":%.6f,\"timeouts\":%d}",
+			printf("\"gpu_hours\":%.9f,\"leases\":%d,\"waits\":%d,\"waited_s\":%.6f,\"timeouts\":%d",
 			       v[i].gpu_hours, v[i].leases, v[i].waits, v[i].waited / 1e9, v[i].timeouts);
+			gm_report_gt_json_who(r, &v[i]);
+			gm_report_susp_json_totals(r, 0, v[i].uid,
+						   pass ? v[i].job : NULL);
+			printf("}");
 		}
 		printf("]");
 	}
@@ -103,8 +107,12 @@ void gm_report_json(const struct gm_report *r)
 		       p->end_mono, p->how, p->exact ? "true" : "false",
 		       p->lower / 1e9, p->waited / 1e9, p->handoff ? "true" : "false");
 		gm_json_str(stdout, p->cmd);
+		gm_report_gt_json_lease(r, s);
+		gm_report_susp_json_totals(r, p->lease, p->uid, p->job);
 		printf("}");
 	}
-	printf("]}\n");
+	printf("]");
+	gm_report_susp_json(r);
+	printf("}\n");
 }
 

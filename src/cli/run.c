@@ -2,7 +2,8 @@
  * run.c - gpumutex-run: preload libgpumutex.so into one command.
  *
  *   gpumutex-run [--visible-devices LIST] [--num-devices N] [--lock-dir DIR]
- *                [--timeout S] [--idle-suspend MS] [--quiet[=1|0]]
+ *                [--timeout S] [--idle-suspend MS] [--gpu-time[=1|0]]
+ *                [--quiet[=1|0]]
  *                [--] CMD [ARGS...]
  *
  * Everything is checked with the lease core's own code before the exec:
@@ -60,13 +61,18 @@ static void help(void)
 "                          is suspended (its GPU memory checkpointed to\n"
 "                          host memory) and resumes at its next GPU call\n"
 "                          (default 60000; 0 = never)\n"
+"  --gpu-time, --gpu-time=1|0\n"
+"                          GPUMUTEX_GPU_TIME=1 (or the value given): the\n"
+"                          event log gets each process's measured GPU\n"
+"                          time per lease, through CUPTI (default 0;\n"
+"                          docs/preload.md, \"GPU time\")\n"
 "  --quiet, --quiet=1|0    GPUMUTEX_QUIET=1 (or the value given, 1 or 0):\n"
 "                          no \"waiting\" line on stderr (default 0: print\n"
 "                          it once per waiting process)\n"
 "  --help                  show this and exit\n"
 "  --version               print the version and exit\n"
-"Flags that take a value also take the form --flag=VALUE; --quiet takes\n"
-"a value only that way (a word after it is COMMAND).\n"
+"Flags that take a value also take the form --flag=VALUE; --quiet and\n"
+"--gpu-time take a value only that way (a word after it is COMMAND).\n"
 "\n"
 "Also set or read:\n"
 "  GPUMUTEX_JOB         set to a fresh job id: each run is a new job, and\n"
@@ -325,7 +331,7 @@ int gm_run_main(int argc, char **argv)
 	char err[GM_ERR_MAX], lib[PATH_MAX], job[GM_JOB_MAX + 1];
 	char inherited[GM_JOB_MAX + 1] = "";
 	int devices[GM_MAX_DEVICES], ndevices = 0, want, q, i, rc;
-	const char *quiet = NULL;
+	const char *quiet = NULL, *gpu_time = NULL;
 	double timeout;
 	struct gm_config cfg;
 
@@ -355,6 +361,17 @@ int gm_run_main(int argc, char **argv)
 			quiet = a + 8;
 			if (gm_parse_quiet("--quiet", quiet, &q, err, sizeof err))
 				return usage_error("%s", err);
+			continue;
+		}
+		if (strcmp(a, "--gpu-time") == 0) {
+			gpu_time = "1";
+			continue;
+		}
+		if (strncmp(a, "--gpu-time=", 11) == 0) {
+			gpu_time = a + 11;
+			if (strcmp(gpu_time, "1") && strcmp(gpu_time, "0"))
+				return usage_error("--gpu-time=\"%s\" is not valid; expected 1 or 0",
+						   gpu_time);
 			continue;
 		}
 		for (k = 0; k < 5 && !got; k++) {
@@ -414,6 +431,15 @@ int gm_run_main(int argc, char **argv)
 					     err, sizeof err))
 			return usage_error("%s", err);
 	}
+	{
+		/* GPUMUTEX_GPU_TIME as the library reads it (1 or 0): a
+		 * malformed value would fail COMMAND's cuInit. */
+		const char *t = getenv("GPUMUTEX_GPU_TIME");
+
+		if (!gpu_time && t && strcmp(t, "1") && strcmp(t, "0"))
+			return usage_error("GPUMUTEX_GPU_TIME=\"%s\" is not valid; expected 1 or 0",
+					   t);
+	}
 	rc = find_library(lib, sizeof lib);
 	if (rc)
 		return rc;
@@ -422,6 +448,8 @@ int gm_run_main(int argc, char **argv)
 		if (flag[k] && setenv(vars[k], flag[k], 1) != 0)
 			goto nomem;
 	if (quiet && setenv("GPUMUTEX_QUIET", quiet, 1) != 0)
+		goto nomem;
+	if (gpu_time && setenv("GPUMUTEX_GPU_TIME", gpu_time, 1) != 0)
 		goto nomem;
 	/* A new job (unless it runs inside one that holds GPUs: below). */
 	{

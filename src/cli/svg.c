@@ -268,7 +268,7 @@ static void row(FILE *f, const struct gm_report *r, const struct geo *g,
 	idle_waited(f, r, g, bit, y);
 	for (int s = 0; s < L->nspans; s++) {
 		const struct gm_span *p = &L->spans[s];
-		double x0, x1;
+		double x0, x1, busy;
 		char lab[GM_CMD_MAX], user[64], b0[16], b1[16], dur[32];
 		if (!(p->dev & bit) || p->end <= g->from || p->start >= g->to)
 			continue;
@@ -291,10 +291,17 @@ static void row(FILE *f, const struct gm_report *r, const struct geo *g,
 		gm_clock(p->start, b0, sizeof b0, 0);
 		gm_clock(p->end, b1, sizeof b1, 0);
 		gm_report_dur(dur, sizeof dur, p->end - p->start);
-		fprintf(f, "<rect class=\"lease\" x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%d\" fill=\"%s\" stroke=\"#fff\" stroke-width=\"1\">"
-			"<title>%s, job %s: ", x0, y, x1 - x0, ROW, colour(r, p->uid), user, jshort(p->job));
+		/* Measured GPU time (gputime records): the lease is shaded by
+		 * its busy share, from faint (idle) to solid (busy). */
+		busy = gm_report_gt_frac(r, s);
+		fprintf(f, "<rect class=\"lease\" x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%d\" fill=\"%s\" fill-opacity=\"%.2f\" stroke=\"#fff\" stroke-width=\"1\">"
+			"<title>%s, job %s: ", x0, y, x1 - x0, ROW, colour(r, p->uid),
+			busy >= 0 ? 0.25 + 0.75 * busy : 1.0, user, jshort(p->job));
 		esc(f, p->cmd, 200);
-		fprintf(f, "\n%s to %s (%s; end: %s)</title></rect>\n", b0, b1, dur, p->how);
+		fprintf(f, "\n%s to %s (%s; end: %s)", b0, b1, dur, p->how);
+		if (busy >= 0)
+			fprintf(f, "\nGPU busy %.1f%% of the lease (measured)", 100 * busy);
+		fprintf(f, "</title></rect>\n");
 		if (!p->exact && strcmp(p->how, "live"))
 			fprintf(f, "<rect x=\"%.1f\" y=\"%.1f\" width=\"2\" height=\"%d\" fill=\"#000\" fill-opacity=\"0.5\"/>\n",
 				x1 - 2, y, ROW);
@@ -319,7 +326,8 @@ static void row(FILE *f, const struct gm_report *r, const struct geo *g,
 		for (int s = 0; s < L->nspans; s++) {
 			const struct gm_span *p = &L->spans[s];
 			int64_t a0 = e->t, a1 = n ? n->t : p->end;
-			if (!(p->dev & bit) || e->t < p->start || e->t >= p->end)
+			if (!(p->dev & bit) || e->t < p->start || e->t >= p->end ||
+			    gm_report_gt_frac(r, s) >= 0)
 				continue;
 			if (a1 > p->end)
 				a1 = p->end;
@@ -564,5 +572,7 @@ void gm_report_html(FILE *f, const struct gm_report *r)
 		esc(f, p->cmd, 120);
 		fprintf(f, "</td></tr>\n");
 	}
-	fprintf(f, "</table>\n<p>How each number is found: docs/report.md in the gpumutex sources.</p>\n</body></html>\n");
+	fprintf(f, "</table>\n");
+	gm_report_gt_html(f, r);
+	fprintf(f, "<p>How each number is found: docs/report.md in the gpumutex sources.</p>\n</body></html>\n");
 }

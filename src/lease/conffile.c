@@ -33,6 +33,7 @@ static const char *const key_names[GM_CONF_NKEYS] = {
 	[GM_CONF_RECHECK_MS] = "recheck_ms",
 	[GM_CONF_ENFORCE] = "enforce",
 	[GM_CONF_IDLE_SUSPEND_MS] = "idle_suspend_ms",
+	[GM_CONF_GPU_TIME] = "gpu_time",
 };
 
 const char *gm_conf_key_name(int key)
@@ -82,7 +83,7 @@ static int check_value(struct gm_conf *c, int k, const char *v, char *err,
 	case GM_CONF_RECHECK_MS:
 	case GM_CONF_IDLE_SUSPEND_MS: /* the same range: 0 (never) to a day */
 		return gm_parse_recheck_ms(key_names[k], v, &n, err, errlen);
-	default: /* quiet, enforce */
+	default: /* quiet, enforce, gpu_time */
 		if (parse_bool(v, &b))
 			return gm__fail(-EINVAL, err, errlen,
 					"%s=\"%s\" is not valid; expected yes or no",
@@ -146,7 +147,7 @@ int gm_conf_parse(const char *path, char *text, size_t len,
 		}
 		if (kend == key || *v != '=') {
 			rc = gm__fail(-EINVAL, err, errlen,
-				      "%s line %d: \"%s\" is not a setting; expected \"key = value\" (keys: visible_devices, num_devices, lock_dir, timeout, quiet, recheck_ms, idle_suspend_ms, enforce) or a # comment",
+				      "%s line %d: \"%s\" is not a setting; expected \"key = value\" (keys: visible_devices, num_devices, lock_dir, timeout, quiet, recheck_ms, idle_suspend_ms, gpu_time, enforce) or a # comment",
 				      path, lineno, line);
 			break;
 		}
@@ -159,7 +160,7 @@ int gm_conf_parse(const char *path, char *text, size_t len,
 				break;
 		if (k == GM_CONF_NKEYS) {
 			rc = gm__fail(-EINVAL, err, errlen,
-				      "%s line %d: unknown key \"%s\"; expected one of visible_devices, num_devices, lock_dir, timeout, quiet, recheck_ms, idle_suspend_ms, enforce",
+				      "%s line %d: unknown key \"%s\"; expected one of visible_devices, num_devices, lock_dir, timeout, quiet, recheck_ms, idle_suspend_ms, gpu_time, enforce",
 				      path, lineno, key);
 			break;
 		}
@@ -514,6 +515,13 @@ int gm_config_resolve_at(const char *system_path, struct gm_config *cfg,
 	rc = gm_conf_load(system_path, 1, &c, err, errlen);
 	if (rc < 0)
 		return rc;
+	info->gpu_time_file = -1;
+	if (c.val[GM_CONF_GPU_TIME]) {
+		int b;
+
+		if (parse_bool(c.val[GM_CONF_GPU_TIME], &b) == 0)
+			info->gpu_time_file = b;
+	}
 	if (rc == 1 && (flags & GM_RESOLVE_INSTALLED))
 		return gm__fail(-ENOENT, err, errlen,
 				"this library was installed machine-wide (%s) but the configuration file %s is missing; restore it (gpumutex install --system) or take the library out (gpumutex uninstall --system)",
@@ -556,6 +564,13 @@ int gm_config_resolve_at(const char *system_path, struct gm_config *cfg,
 					c.val[GM_CONF_IDLE_SUSPEND_MS], &ms, e,
 					sizeof e) == 0)
 			info->idle_suspend_file_ms = (unsigned)ms;
+	}
+	info->gpu_time_file = -1;
+	if (c.val[GM_CONF_GPU_TIME]) {
+		int b;
+
+		if (parse_bool(c.val[GM_CONF_GPU_TIME], &b) == 0)
+			info->gpu_time_file = b;
 	}
 	if (rc == 1 && (flags & GM_RESOLVE_INSTALLED))
 		rc = gm__fail(-EINVAL, err, errlen,

@@ -62,7 +62,7 @@ int gm_config_from_env(struct gm_config *cfg, char *err, size_t errlen);
  * GM_SYSTEM_CONFIG is fixed at build time; only a test build may change it.
  * Format: "key = value" lines, '#' comments (a line starting with '#', or
  * from a '#' after a blank to the end of the line), keys visible_devices,
- * num_devices, lock_dir, timeout, quiet, recheck_ms, idle_suspend_ms
+ * num_devices, lock_dir, timeout, quiet, recheck_ms, idle_suspend_ms, gpu_time
  * (values as for the
  * GPUMUTEX_* variables; quiet also yes/no) and enforce = yes|no.
  */
@@ -80,7 +80,7 @@ int gm_config_from_env(struct gm_config *cfg, char *err, size_t errlen);
 enum {
 	GM_CONF_VISIBLE_DEVICES, GM_CONF_NUM_DEVICES, GM_CONF_LOCK_DIR,
 	GM_CONF_TIMEOUT, GM_CONF_QUIET, GM_CONF_RECHECK_MS, GM_CONF_ENFORCE,
-	GM_CONF_IDLE_SUSPEND_MS, GM_CONF_NKEYS
+	GM_CONF_IDLE_SUSPEND_MS, GM_CONF_GPU_TIME, GM_CONF_NKEYS
 };
 
 /* A parsed file: val[k] points into text (NULL: key absent), line[k] is
@@ -107,6 +107,10 @@ struct gm_conf_info {
 	 * with enforce a ceiling that GPUMUTEX_IDLE_SUSPEND_MS may only lower
 	 * (the preload library applies it: src/preload/suspend.c). */
 	unsigned idle_suspend_file_ms;
+	/* The file's gpu_time (-1: absent, 0 no, 1 yes): the default for
+	 * GPUMUTEX_GPU_TIME, and with enforce the value that stands
+	 * (src/preload/gputime.c applies it). */
+	int gpu_time_file;
 };
 
 /* "visible_devices" for GM_CONF_VISIBLE_DEVICES, ...; NULL if unknown. */

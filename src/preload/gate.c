@@ -56,6 +56,7 @@
 #include "wrap.h"
 #include "suspend.h"
 #include "activity.h"
+#include "gputime.h"
 
 enum { ST_NEW, ST_BUSY, ST_OPEN, ST_SHUT, ST_DEFER, ST_HELD, ST_SUSP,
        ST_GOING, ST_EXIT };
@@ -119,6 +120,7 @@ static void atfork_child(void)
 	memcpy(&gate_lock, &fresh, sizeof fresh);
 	gmp_wrap_atfork_child();
 	gmp_susp_atfork_child();
+	gmp_gt_atfork_child();
 	/* An inherited lease is kept until the child exits: the child has
 	 * no helper thread, and it shares the parent's descriptions. */
 	gate_own = 0;
@@ -265,7 +267,8 @@ static int gate_run(int *py, int *next)
 		gate_give_back_ms = (unsigned)v;
 	}
 	if (gmp_susp_configure(conf_info.idle_suspend_file_ms,
-			       conf_info.enforce))
+			       conf_info.enforce) ||
+	    gmp_gt_configure(conf_info.gpu_time_file, conf_info.enforce))
 		return GMP_CUDA_ERROR_INVALID_VALUE;
 	/* A launcher's placeholder (a pool's count for device queries) is
 	 * no narrowing: the process queues for the whole pool. */
@@ -343,6 +346,7 @@ static int gate_run(int *py, int *next)
 		*next = ST_HELD;
 		gmp_wrap_giveback_arm(gate_give_back_ms);
 		gmp_susp_arm(cfg, &gate_lease);
+		gmp_gt_granted(cfg, &gate_lease);
 	}
 	/* PCI_BUS_ID: CUDA's default order (fastest first) can differ
 	 * between machines' GPUs, and an index must mean the same GPU in
@@ -421,6 +425,9 @@ int gmp_gate(void)
 	gate_code = code;
 	state_set(code ? ST_SHUT : next);
 	pthread_mutex_unlock(&gate_lock);
+	/* GPU time: CUPTI calls the driver, so it starts outside the lock
+	 * (gputime.h). */
+	gmp_gt_run_pending();
 
 	/* After the unlock: updating os.environ may run Python code, which
 	 * may switch to a thread that holds the GIL and is blocked on
@@ -480,6 +487,9 @@ int gmp_gate_suspend(long seen, const char **why)
 {
 	int rc = -1;
 
+	/* GPU time: CUPTI's records handed over while the driver still
+	 * answers (after a checkpoint it is locked). */
+	gmp_gt_flush();
 	pthread_mutex_lock(&gate_lock);
 	if (__atomic_load_n(&gate_state, __ATOMIC_ACQUIRE) == ST_HELD &&
 	    gate_own) {
@@ -501,6 +511,8 @@ int gmp_gate_suspend(long seen, const char **why)
 		gate_in = 0;
 	}
 	pthread_mutex_unlock(&gate_lock);
+	if (rc == 0)
+		gmp_gt_end("suspend", 0);
 	return rc;
 }
 
@@ -562,6 +574,7 @@ int gmp_gate_work_counted(const char *call, int *inflight)
 						   __ATOMIC_SEQ_CST);
 			gmp_wrap_giveback_arm(gate_give_back_ms);
 			gmp_susp_arm(&gate_cfg, &gate_lease);
+			gmp_gt_granted(&gate_cfg, &gate_lease);
 			if (st == ST_SUSP)
 				gmp_susp_resumed(&gate_lease,
 						 gmp_mono_ms() - resume_t0);
@@ -571,6 +584,7 @@ int gmp_gate_work_counted(const char *call, int *inflight)
 		code = gate_code;
 	}
 	pthread_mutex_unlock(&gate_lock);
+	gmp_gt_run_pending();
 	errno = saved;
 	return code;
 }
@@ -627,6 +641,8 @@ int gmp_gate_held_devices(int *devs, const char **lock_dir)
 
 void gmp_gate_give_back(void)
 {
+	int gone = 0;
+
 	pthread_mutex_lock(&gate_lock);
 	if (__atomic_load_n(&gate_state, __ATOMIC_ACQUIRE) == ST_HELD &&
 	    gate_own) {
@@ -643,8 +659,13 @@ void gmp_gate_give_back(void)
 			gm_lease_release(&gate_lease);
 			gate_own = 0;
 			state_set(ST_DEFER);
+			gone = 1;
 		}
 		gate_in = 0;
 	}
 	pthread_mutex_unlock(&gate_lock);
+	/* No context was left, so no GPU work is: the records are all
+	 * there to flush. */
+	if (gone)
+		gmp_gt_end("give-back", 1);
 }

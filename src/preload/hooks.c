@@ -9,6 +9,12 @@
  *   dlsym, dlvsym        the real one; for cuInit/cuGetProcAddress* only,
  *                        the answer swapped for ours when it is the
  *                        driver's.
+ *   cuptiSubscribe,      (cuptihooks.c) the GPU-time collector steps aside
+ *   cuptiActivity-       for a profiler, then the program's own CUPTI
+ *   RegisterCallbacks,   function; dlsym answers these names with ours
+ *   -Enable, -EnableAnd- when the real lookup found a CUPTI function.
+ *   Dump, -EnableContext,
+ *   cuptiProfilerInitialize
  *   dlmopen              the real one; outside the main link-map namespace
  *                        (when configured), refused if the namespace it
  *                        loaded into holds the driver, which our hooks
@@ -34,6 +40,7 @@
 #include <string.h>
 
 #include "gate.h"
+#include "hookpriv.h"
 #include "namespace.h"
 #include "resolve.h"
 #include "wrap.h"
@@ -284,6 +291,8 @@ struct gmp_answer {
  */
 static int handled(const char *name)
 {
+	if (name[2] == 'p')
+		return gmp_cupti_hook(name, NULL) != NULL;
 	if (gmp_wrappers())
 		return name[2] >= 'A' && name[2] <= 'Z';
 	if (name[2] == 'I')
@@ -318,8 +327,14 @@ static struct gmp_answer decide(void *handle, const char *name,
 		if (r && gmp_in_range(self, r))
 			r = gmp_lookup(RTLD_NEXT, name, version);
 	}
-	if (c && !gmp_in_range(&c->range, caller))
+	if (name[2] == 'p') {
+		/* A CUPTI entry point a profiler starts with: ours, which
+		 * steps aside and calls the program's own. */
+		if (r)
+			r = gmp_cupti_hook(name, r);
+	} else if (c && !gmp_in_range(&c->range, caller)) {
 		r = swap(r, c);
+	}
 	hook_guard = 0;
 	errno = saved;
 	a.value = r;

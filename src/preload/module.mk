@@ -14,6 +14,8 @@
 #                              (needs the fake driver: `make fakecuda`)
 #   preload-nvcc               the same probe built by nvcc, static and shared
 #                              cudart (needs /usr/local/cuda/bin/nvcc)
+#   cupti-abi                  src/preload/cuptiapi.h checked against the
+#                              toolkit's CUPTI headers (needs them)
 
 PRELOAD_SAVED_GOAL := $(.DEFAULT_GOAL)
 
@@ -88,7 +90,8 @@ PRELOAD_TESTS := $(PRELOAD_T)/cuprobe $(PRELOAD_T)/culinked \
                  $(PRELOAD_T)/hello-static $(PRELOAD_T)/smallstack \
                  $(PRELOAD_T)/nsprobe $(PRELOAD_T)/libnsdep.so \
                  $(PRELOAD_T)/nsedge $(PRELOAD_T)/lazyprobe \
-                 $(PRELOAD_T)/exitjob
+                 $(PRELOAD_T)/exitjob $(PRELOAD_T)/gtprobe \
+                 $(PRELOAD_T)/gtprobe-linked $(PRELOAD_T)/libgtprof.so
 
 preload-tests: $(PRELOAD_TESTS)
 
@@ -125,6 +128,29 @@ $(PRELOAD_T)/exitjob: $(PRELOAD_TSRC)/exitjob.c $(PRELOAD_FAKE)/libcuda.so
 	@mkdir -p $(@D)
 	$(PRELOAD_TCC) -o $@ $< -L$(PRELOAD_FAKE) -lcuda \
 	    -Wl,-rpath,'$$ORIGIN/../fakecuda'
+
+# A CUDA job that plays a profiler too (tests/test_gputime.py): CUPTI
+# through dlopen/dlsym, or (gtprobe-linked) through its PLT, linked with
+# the fake CUPTI (make fakecupti).
+$(PRELOAD_T)/gtprobe: $(PRELOAD_TSRC)/gtprobe.c
+	@mkdir -p $(@D)
+	$(PRELOAD_TCC) -o $@ $< -ldl -Wl,--enable-new-dtags,-rpath,'$$ORIGIN'
+
+# gtprobe's "local": a profiler library linked with (fake) CUPTI, found by
+# gtprobe through its RUNPATH ($$ORIGIN).
+$(PRELOAD_T)/libgtprof.so: $(PRELOAD_TSRC)/gtprof.c \
+		$(B)/tests/fakecupti/libcupti.so.13
+	@mkdir -p $(@D)
+	$(PRELOAD_TCC) -fPIC -shared -Wl,-soname,libgtprof.so -o $@ $< \
+	    $(B)/tests/fakecupti/libcupti.so.13 \
+	    -Wl,-rpath,'$$ORIGIN/../fakecupti'
+
+$(PRELOAD_T)/gtprobe-linked: $(PRELOAD_TSRC)/gtprobe.c \
+		$(B)/tests/fakecupti/libcupti.so.13
+	@mkdir -p $(@D)
+	$(PRELOAD_TCC) -DGTPROBE_LINKED -o $@ $< -ldl \
+	    $(B)/tests/fakecupti/libcupti.so.13 \
+	    -Wl,-rpath,'$$ORIGIN/../fakecupti'
 
 # cuInit from a thread with a 16 KiB stack (through dlsym, and as bound by
 # the dynamic linker).
@@ -207,6 +233,19 @@ $(PRELOAD_T)/nogpa/libcuda.so.1: $(FAKECUDA_OBJS) \
 	$(CC) -shared -pthread -Wl,-soname,libcuda.so.1 -Wl,-Bsymbolic \
 	    -Wl,--version-script=$(PRELOAD_TSRC)/nogpa.map -o $@ \
 	    $(FAKECUDA_OBJS) -ldl -lpthread
+
+# src/preload/cuptiapi.h against the toolkit's CUPTI headers (where they
+# are installed): a compile-time check, tests/preload/cuptiabi.c.
+CUPTI_INCLUDE ?= $(firstword $(wildcard /usr/local/cuda/extras/CUPTI/include \
+                   /usr/local/cuda/targets/x86_64-linux/include) \
+                   /usr/local/cuda/include)
+.PHONY: cupti-abi
+cupti-abi: $(PRELOAD_T)/cuptiabi
+	$(PRELOAD_T)/cuptiabi
+$(PRELOAD_T)/cuptiabi: $(PRELOAD_TSRC)/cuptiabi.c src/preload/cuptiapi.h
+	@mkdir -p $(@D)
+	$(PRELOAD_TCC) -Wno-strict-prototypes -Isrc/preload \
+	    -isystem $(CUPTI_INCLUDE) -isystem /usr/local/cuda/include -o $@ $<
 
 PRELOAD_NVCC ?= /usr/local/cuda/bin/nvcc
 preload-nvcc: $(PRELOAD_T)/cudart-static $(PRELOAD_T)/cudart-shared

@@ -29,6 +29,7 @@
 
 #include "activity.h"
 #include "gate.h"
+#include "gputime.h"
 #include "lease.h"
 #include "resolve.h"
 #include "suspend.h"
@@ -459,6 +460,7 @@ static void *sp_main(void *arg)
 			publish(state, idle);
 		}
 		last = state;
+		gmp_gt_tick();
 		if (sp_ms && idle >= (int64_t)sp_ms && now >= retry &&
 		    gmp_susp_suspended_ms() < 0) {
 			try_suspend(seen, idle);
