@@ -118,7 +118,7 @@ static void usage(FILE *f, int install)
 			"  --quiet, --quiet=1|0    no waiting line (1), or the line (0; the\n"
 			"                          default), as `gpumutex run --quiet`\n"
 			"  --gpu-time yes|no       measure each process's GPU time per lease\n"
-			"                          (gpu_time; docs/preload.md, \"GPU time\")\n"
+			"                          (gpu_time; docs/gputime.md)\n"
 			"  --enforce yes|no        binding (default yes): the environment may\n"
 			"                          narrow but not widen or turn gpumutex off\n"
 			"  --lib PATH              the library to install (default: the\n"

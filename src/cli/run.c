@@ -65,7 +65,7 @@ static void help(void)
 "                          GPUMUTEX_GPU_TIME=1 (or the value given): the\n"
 "                          event log gets each process's measured GPU\n"
 "                          time per lease, through CUPTI (default 0;\n"
-"                          docs/preload.md, \"GPU time\")\n"
+"                          docs/gputime.md)\n"
 "  --quiet, --quiet=1|0    GPUMUTEX_QUIET=1 (or the value given, 1 or 0):\n"
 "                          no \"waiting\" line on stderr (default 0: print\n"
 "                          it once per waiting process)\n"

@@ -1,6 +1,6 @@
 /*
  * gputime.h - exact GPU time per lease (GPUMUTEX_GPU_TIME=1, config key
- * gpu_time; docs/preload.md, "GPU time"): CUPTI, found at run time,
+ * gpu_time; docs/gputime.md): CUPTI, found at run time,
  * reports this process's kernels and memory copies, and the event log
  * gets a `gputime` record per process and lease (busy time as the union
  * of their intervals, kernel time, copy time, the longest idle stretch)
