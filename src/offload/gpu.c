@@ -57,6 +57,7 @@
 
 #include "frontend.h"
 #include "pcopy/pcopy.h"
+#include "resid.h"
 
 static pthread_mutex_t gpo__lock = PTHREAD_MUTEX_INITIALIZER;
 static const struct gpo_backend *gpo__be;
@@ -214,6 +215,8 @@ void gpo_gpu_stop(void)
 	pthread_mutex_lock(&gpo__lock);
 	if (gpo__started && !gpo__forked) {
 		gpo_quiet(1);
+		/* The kept copies go with the lease (resid.h). */
+		gpo_res_drop_all(gpo__be);
 		gpo__be->stop();
 		gpo_quiet(0);
 	}
@@ -392,9 +395,25 @@ static int gpo__nan_sv(const struct gpo_fn *fn, const struct gpo_ctx *x)
 	return 0;
 }
 
-/* Caller holds gpo__lock. Device buffers in dev[]. */
+/* The device bytes of operand i: ld * (cols - 1) + rows elements. */
+static uint64_t gpo__bytes(const struct gpo_ctx *x, int i)
+{
+	return ((uint64_t)x->a.ld[i] * (uint64_t)(x->s.b[i].cols - 1) +
+		(uint64_t)x->s.b[i].rows) * gpo_elem_size(x, i);
+}
+
+/* A call's residency (resid.h): each operand's key and device size,
+ * whether its copy was kept (hit), seen before (want), armed. */
+struct gpo__resx {
+	struct gpo_res_key key[GPO_MAX_BUFS];
+	uint64_t bytes[GPO_MAX_BUFS];
+	uint8_t hit[GPO_MAX_BUFS], want[GPO_MAX_BUFS], armed[GPO_MAX_BUFS];
+};
+
+/* Caller holds gpo__lock. Device buffers in dev[]; rx: residency in
+ * force (NULL: none). */
 static int gpo__device_work(struct gpo_fn *fn, struct gpo_ctx *x, void **dev,
-			    int stage_only)
+			    int stage_only, struct gpo__resx *rx)
 {
 	const struct gpo_backend *be = gpo__be;
 	struct gpo_kernel k;
@@ -402,12 +421,21 @@ static int gpo__device_work(struct gpo_fn *fn, struct gpo_ctx *x, void **dev,
 	int r;
 
 	for (int i = 0; i < x->s.nbuf; i++) {
-		uint64_t es = gpo_elem_size(x, i);
 		int64_t rows = x->s.b[i].rows, cols = x->s.b[i].cols;
 		if (!rows || !cols)
 			continue;
-		if (be->alloc(&dev[i], ((uint64_t)x->a.ld[i] * (uint64_t)(cols - 1) +
-				       (uint64_t)rows) * es) != 0) {
+		/* A kept copy of an input, still equal to the host's. */
+		if (rx && x->s.b[i].in &&
+		    (dev[i] = gpo_res_take(be, &rx->key[i])) != NULL) {
+			rx->hit[i] = 1;
+			x->c.buf[i].resident = 1;
+			continue;
+		}
+		if (rx)
+			rx->want[i] = gpo_res_wanted(be, &rx->key[i]);
+		if (be->alloc(&dev[i], rx ? rx->bytes[i] : gpo__bytes(x, i)) != 0 &&
+		    !(rx && gpo_res_evict(be, rx->bytes[i]) &&
+		      be->alloc(&dev[i], rx->bytes[i]) == 0)) {
 			dev[i] = NULL;
 			gpo__failed(fn, 0);
 			return GPO_R_FAIL_ALLOC;
@@ -429,8 +457,11 @@ static int gpo__device_work(struct gpo_fn *fn, struct gpo_ctx *x, void **dev,
 		}
 	for (int i = 0; i < x->s.nbuf; i++) {
 		uint64_t es = gpo_elem_size(x, i), pitch = (uint64_t)x->a.ld[i] * es;
-		if (!dev[i] || !x->s.b[i].in)
+		if (!dev[i] || !x->s.b[i].in || (rx && rx->hit[i]))
 			continue;
+		/* Armed before the copy: a write racing it is seen next time. */
+		if (rx && rx->want[i])
+			rx->armed[i] = gpo_res_arm(be, &rx->key[i]) == 0;
 		if (be->to_device(dev[i], pitch, x->a.buf[i], pitch,
 				  (uint64_t)x->s.b[i].rows * es,
 				  (uint64_t)x->s.b[i].cols) != 0) {
@@ -466,8 +497,72 @@ static int gpo__device_work(struct gpo_fn *fn, struct gpo_ctx *x, void **dev,
 	return 0;
 }
 
+/* Residency for this call (NULL: off): the operands' keys. */
+static struct gpo__resx *gpo__res_begin(struct gpo_ctx *x, struct gpo__resx *rx)
+{
+	if (!gpo_res_enabled())
+		return NULL;
+	memset(rx, 0, sizeof *rx);
+	for (int i = 0; i < x->s.nbuf; i++) {
+		uint64_t es = gpo_elem_size(x, i);
+		x->c.buf[i].resident = 0;
+		if (!x->s.b[i].rows || !x->s.b[i].cols)
+			continue;
+		rx->key[i].host = x->a.buf[i];
+		rx->key[i].pitch = (uint64_t)x->a.ld[i] * es;
+		rx->key[i].width = (uint64_t)x->s.b[i].rows * es;
+		rx->key[i].cols = (uint64_t)x->s.b[i].cols;
+		rx->bytes[i] = gpo__bytes(x, i);
+	}
+	return rx;
+}
+
+/* Whether an operand of the call is kept or was seen before: then the
+ * frontend's own flow runs it (the backend's pipelined run_host neither
+ * takes nor keeps device copies). */
+static int gpo__res_known(const struct gpo_ctx *x, const struct gpo__resx *rx)
+{
+	if (!rx)
+		return 0;
+	for (int i = 0; i < x->s.nbuf; i++)
+		if (rx->key[i].host && gpo_res_known(&rx->key[i]))
+			return 1;
+	return 0;
+}
+
+/* A call run_host did: its operands seen once (nothing kept). */
+static void gpo__res_seen(const struct gpo_ctx *x, const struct gpo__resx *rx)
+{
+	for (int i = 0; i < x->s.nbuf; i++)
+		if (rx->key[i].host)
+			(void)gpo_res_wanted(gpo__be, &rx->key[i]);
+}
+
+/* After a call that succeeded (the outputs committed, unless verify):
+ * keep pure inputs that were kept or armed; then outputs, armed now that
+ * the results are in the caller's memory (dropping what overlaps them,
+ * inputs of this call included). Kept buffers leave dev[]. */
+static void gpo__res_end(const struct gpo_ctx *x, struct gpo__resx *rx,
+			 void **dev, int stage_only)
+{
+	for (int i = 0; i < x->s.nbuf; i++)
+		if (dev[i] && x->s.b[i].in && !x->s.b[i].out &&
+		    (rx->hit[i] || rx->armed[i]) &&
+		    gpo_res_keep(gpo__be, &rx->key[i], dev[i], rx->bytes[i]))
+			dev[i] = NULL;
+	if (stage_only)
+		return;         /* verify: the host holds the CPU's results */
+	for (int i = 0; i < x->s.nbuf; i++)
+		if (dev[i] && x->s.b[i].out &&
+		    (rx->hit[i] || rx->want[i]) &&
+		    gpo_res_arm(gpo__be, &rx->key[i]) == 0 &&
+		    gpo_res_keep(gpo__be, &rx->key[i], dev[i], rx->bytes[i]))
+			dev[i] = NULL;
+}
+
 int gpo_gpu_call(struct gpo_fn *fn, struct gpo_ctx *x, int stage_only)
 {
+	struct gpo__resx rxs, *rx;
 	void *dev[GPO_MAX_BUFS] = { 0 };
 	double t0 = gpo_now();
 	int rc;
@@ -479,12 +574,19 @@ int gpo_gpu_call(struct gpo_fn *fn, struct gpo_ctx *x, int stage_only)
 		return GPO_R_NO_BACKEND;
 	}
 	rc = GPO_R_UNSUPPORTED;
-	if (!stage_only && x->s.nbuf <= 4 && GPO_BE_HAS(gpo__be, run_host))
+	rx = gpo__res_begin(x, &rxs);
+	if (!stage_only && x->s.nbuf <= 4 && GPO_BE_HAS(gpo__be, run_host) &&
+	    !gpo__res_known(x, rx)) {
 		rc = gpo__host_work(fn, x);
+		if (rc != GPO_R_UNSUPPORTED && rx)
+			gpo__res_seen(x, rx);
+	}
 	if (rc == GPO_R_UNSUPPORTED)
-		rc = gpo__device_work(fn, x, dev, stage_only);
+		rc = gpo__device_work(fn, x, dev, stage_only, rx);
 	if (rc != 0)
 		gpo__be->discard();     /* the caller's in-out operands stay */
+	else if (rx)
+		gpo__res_end(x, rx, dev, stage_only);
 	for (int i = 0; i < GPO_MAX_BUFS; i++)
 		if (dev[i])
 			gpo__be->release(dev[i]);

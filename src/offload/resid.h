@@ -1,0 +1,84 @@
+/*
+ * resid.h - residency: device copies of operands kept between GPU calls
+ * while their host memory is provably unchanged (resid.c; the design:
+ * docs/offload-residency.md).
+ *
+ * Everything here is called by gpu.c with its lock (gpo__lock) held, on
+ * the started backend; the table holds device buffers of that backend.
+ *
+ * An operand is named by its range in the caller's memory: the address,
+ * the pitch (ld in bytes), the bytes per column that a copy moves
+ * (width) and the columns. Its life:
+ *   1. first seen (gpo_res_seen): only remembered, nothing protected: a
+ *      program that never reuses an operand pays a lookup, no tracking;
+ *   2. seen again: before its copy in, its pages are write-protected
+ *      (gpo_res_arm); after the call succeeded, its device buffer is
+ *      kept (gpo_res_keep) instead of released;
+ *   3. later calls take the buffer (gpo_res_take) when the tracker says
+ *      no byte of the range was written since; else it is dropped, and
+ *      the operand is not armed again for a while (twice as long after
+ *      each such change: a buffer the program rewrites between calls
+ *      costs a write-fault per page at most once per period).
+ * Outputs the call copied back are kept too (gpo_res_keep after the
+ * commit, armed then): the next call that reads them finds them there.
+ * Arming a range drops every other entry that overlaps its pages (their
+ * record of writes there would be lost). The table's device bytes stay
+ * within half the memory the level leaves beyond its reserve, least
+ * recently used out first.
+ */
+#ifndef GPUOFFLOAD_RESID_H
+#define GPUOFFLOAD_RESID_H
+
+#include <stdint.h>
+
+#include "backend.h"
+
+struct gpo_res_key {
+	const void *host;
+	uint64_t pitch, width, cols;
+};
+
+/* Residency in force for this process: 1, or 0 (off: GPU_OFFLOAD_RESIDENT
+ * =0, or the tracker unavailable; gpo_res_why says which). */
+int gpo_res_enabled(void);
+/* One word: "on", "off" (switched off), or the tracker's reason
+ * ("kernel", "permission", ...). */
+const char *gpo_res_why(void);
+
+/* A kept device buffer for k, still equal to the host memory: removed
+ * from the table and returned (the caller owns it now; gpo_res_keep may
+ * give it back); NULL when there is none (a changed one is released). */
+void *gpo_res_take(const struct gpo_backend *be, const struct gpo_res_key *k);
+
+/* Whether k should be armed for keeping (seen before and not backing
+ * off); remembers k as seen either way. Called once per operand per call
+ * (a sighting). */
+int gpo_res_wanted(const struct gpo_backend *be, const struct gpo_res_key *k);
+
+/* Whether k is in the table (kept, or seen and not backing off): no
+ * change to the table. */
+int gpo_res_known(const struct gpo_res_key *k);
+
+/* Write-protect k's pages before they are copied in (or after results
+ * were written into them): drops the entries overlapping them. 0 when
+ * armed; else a tracker reason (then k must not be kept). */
+int gpo_res_arm(const struct gpo_backend *be, const struct gpo_res_key *k);
+
+/* Keep dev as the device copy of k (armed by gpo_res_arm since its
+ * content was last written on the host): 1 when kept (the table owns
+ * dev), 0 when not (the caller releases it). bytes: dev's size. */
+int gpo_res_keep(const struct gpo_backend *be, const struct gpo_res_key *k,
+		 void *dev, uint64_t bytes);
+
+/* Release every kept buffer and stop tracking (before the backend
+ * stops: the lease given back). */
+void gpo_res_drop_all(const struct gpo_backend *be);
+
+/* Release kept buffers, least recently used first, until `need` more
+ * bytes fit on the device (an allocation failed); 1 if any went. */
+int gpo_res_evict(const struct gpo_backend *be, uint64_t need);
+
+/* Totals for the summary: copies avoided and their bytes, buffers kept. */
+void gpo_res_totals(uint64_t *hits, uint64_t *saved, uint64_t *kept);
+
+#endif
