@@ -15,7 +15,6 @@
 #include <stdio.h>
 
 #include "count.h"
-#include "resid.h"
 #include "pstate.h"
 #include "tracew.h"
 
@@ -111,6 +110,8 @@ void gpo_policy_observe(const struct gpo_call *c,
 	errno = saved;
 }
 
+void gpo_res_summary(void) __attribute__((weak, visibility("hidden")));
+
 void gpo_pol_summary(void)
 {
 	char line[1024];
@@ -149,12 +150,8 @@ void gpo_pol_summary(void)
 		fprintf(stderr, "gpu-offload: nothing was offloaded: no CUDA driver (libcuda.so.1 not found)\n");
 	else if (!gpo_pol.on_gpu && reasons[GPO_R_NO_BACKEND])
 		fprintf(stderr, "gpu-offload: nothing was offloaded: no GPU backend (it could not be loaded or started; see the line above)\n");
-	if (gpo_pol.on_gpu) {
-		/* Residency (resid.h): in force, or why not, in a word. */
-		uint64_t hits, saved, kept;
-		gpo_res_totals(&hits, &saved, &kept);
-		fprintf(stderr, "gpu-offload: residency: %s; %llu copies avoided (%.1f MB), %llu device copies kept\n",
-			gpo_res_why(), (unsigned long long)hits,
-			(double)saved / 1e6, (unsigned long long)kept);
-	}
+	/* Residency (resid.c, in the library only: weak here, so that the
+	 * policy's own test driver links without the frontend). */
+	if (gpo_pol.on_gpu && gpo_res_summary)
+		gpo_res_summary();
 }

@@ -10,15 +10,21 @@
  * shape is another entry, and arming either drops the other (overlap).
  */
 #define _GNU_SOURCE
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "lease.h"
 #include "model.h"
 #include "pstate.h"
 #include "resid.h"
 #include "wtrack/wtrack.h"
 
 #define GPO_RES_SLOTS 64
+/* Operands smaller than this are never tracked: arming one (reading
+ * /proc/self/maps, registering, write-protecting) costs about what
+ * copying a few MB costs. GPU_OFFLOAD_RESIDENT_MIN=BYTES sets it. */
+#define GPO_RES_MIN_DEFAULT (4u << 20)
 #define GPO_RES_BACKOFF_MAX 4096u
 
 struct gpo__res {
@@ -36,11 +42,16 @@ static uint64_t gpo__res_clock, gpo__res_bytes;
 static uint64_t gpo__res_hits, gpo__res_saved, gpo__res_kept;
 static int gpo__res_state = -1;         /* -1 unknown, 0 off, 1 on */
 static int gpo__res_reason;             /* GPO_WT_R_* when off */
+static uint64_t gpo__res_min = GPO_RES_MIN_DEFAULT;
 
 int gpo_res_enabled(void)
 {
 	if (gpo__res_state < 0) {
 		const char *s = getenv("GPU_OFFLOAD_RESIDENT");
+		const char *m = getenv("GPU_OFFLOAD_RESIDENT_MIN");
+		uint64_t v;
+		if (m && *m && gm_parse_uint(m, 10, UINT64_MAX, &v) == 0)
+			gpo__res_min = v;
 		if (s && strcmp(s, "0") == 0)
 			gpo__res_reason = GPO_WT_R_OFF;
 		else
@@ -146,15 +157,21 @@ void *gpo_res_take(const struct gpo_backend *be, const struct gpo_res_key *k)
 
 int gpo_res_known(const struct gpo_res_key *k)
 {
-	const struct gpo__res *r = gpo__find(k);
+	const struct gpo__res *r;
 
+	if (k->width * k->cols < gpo__res_min)
+		return 0;
+	r = gpo__find(k);
 	return r && (r->dev || !r->skip);
 }
 
 int gpo_res_wanted(const struct gpo_backend *be, const struct gpo_res_key *k)
 {
-	struct gpo__res *r = gpo__find(k);
+	struct gpo__res *r;
 
+	if (k->width * k->cols < gpo__res_min)
+		return 0;       /* not even remembered */
+	r = gpo__find(k);
 	if (!r) {
 		r = gpo__slot(be, k);
 		r->last = ++gpo__res_clock;
@@ -262,4 +279,12 @@ void gpo_res_totals(uint64_t *hits, uint64_t *saved, uint64_t *kept)
 	*hits = gpo__res_hits;
 	*saved = gpo__res_saved;
 	*kept = gpo__res_kept;
+}
+
+void gpo_res_summary(void)
+{
+	fprintf(stderr, "gpu-offload: residency: %s; %llu copies avoided (%.1f MB), %llu device copies kept\n",
+		gpo_res_why(), (unsigned long long)gpo__res_hits,
+		(double)gpo__res_saved / 1e6,
+		(unsigned long long)gpo__res_kept);
 }

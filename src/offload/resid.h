@@ -81,4 +81,8 @@ int gpo_res_evict(const struct gpo_backend *be, uint64_t need);
 /* Totals for the summary: copies avoided and their bytes, buffers kept. */
 void gpo_res_totals(uint64_t *hits, uint64_t *saved, uint64_t *kept);
 
+/* The summary's residency line on stderr (observe.c calls it at exit,
+ * through a weak reference, once something was offloaded). */
+void gpo_res_summary(void);
+
 #endif

@@ -42,6 +42,8 @@ needs_tracking = pytest.mark.skipif(not tracking(),
 
 
 def run(tmp, case, **extra):
+    # Every operand tracked (the 2 MiB matrix is below the default 4 MiB).
+    extra.setdefault("GPU_OFFLOAD_RESIDENT_MIN", 0)
     e = F.env(tmp, "gpu", GPU_OFFLOAD_MIN_FLOPS=0, GPU_OFFLOAD_SUMMARY=1,
               **extra)
     j = pathlib.Path(tmp) / "be.journal"
@@ -109,3 +111,15 @@ def test_operands_never_reused_are_never_tracked(tmp_path):
     assert p.returncode == 0 and "fresh ok" in p.stdout, p.stdout + p.stderr
     _, off = run(tmp_path, "fresh", GPU_OFFLOAD_RESIDENT=0)
     assert on == off, (on, off)
+
+
+@needs_tracking
+def test_operands_below_the_minimum_are_not_kept(tmp_path):
+    # The default minimum (4 MiB) leaves the 2 MiB matrix alone: copied
+    # every call, as with residency off.
+    p, on = run(tmp_path, "reuse", GPU_OFFLOAD_RESIDENT_MIN="")
+    assert p.returncode == 0, p.stdout + p.stderr
+    _, off = run(tmp_path, "reuse", GPU_OFFLOAD_RESIDENT=0)
+    assert on == off == 8, (on, off)
+    p, on = run(tmp_path, "reuse", GPU_OFFLOAD_RESIDENT_MIN=2 << 20)
+    assert on == 6, on
