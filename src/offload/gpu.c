@@ -538,6 +538,27 @@ static void gpo__res_seen(const struct gpo_ctx *x, const struct gpo__resx *rx)
 			(void)gpo_res_wanted(gpo__be, &rx->key[i]);
 }
 
+/* Whether operand i shares pages with another operand of the call that
+ * was armed in it: arming that one forgot the writes to those pages since
+ * i was checked or armed, so i's copy cannot be trusted. */
+static int gpo__res_shared(const struct gpo_ctx *x, const struct gpo__resx *rx,
+			   int i)
+{
+	const uintptr_t pg = 4096;
+
+	for (int j = 0; j < x->s.nbuf; j++) {
+		const struct gpo_res_key *a = &rx->key[i], *b = &rx->key[j];
+		if (j == i || !rx->armed[j] || !b->host)
+			continue;
+		if (((uintptr_t)a->host & ~(pg - 1)) <
+		    (uintptr_t)b->host + b->pitch * (b->cols - 1) + b->width &&
+		    ((uintptr_t)b->host & ~(pg - 1)) <
+		    (uintptr_t)a->host + a->pitch * (a->cols - 1) + a->width)
+			return 1;
+	}
+	return 0;
+}
+
 /* After a call that succeeded (the outputs committed, unless verify):
  * keep pure inputs that were kept or armed; then outputs, armed now that
  * the results are in the caller's memory (dropping what overlaps them,
@@ -547,7 +568,7 @@ static void gpo__res_end(const struct gpo_ctx *x, struct gpo__resx *rx,
 {
 	for (int i = 0; i < x->s.nbuf; i++)
 		if (dev[i] && x->s.b[i].in && !x->s.b[i].out &&
-		    (rx->hit[i] || rx->armed[i]) &&
+		    (rx->hit[i] || rx->armed[i]) && !gpo__res_shared(x, rx, i) &&
 		    gpo_res_keep(gpo__be, &rx->key[i], dev[i], rx->bytes[i]))
 			dev[i] = NULL;
 	if (stage_only)

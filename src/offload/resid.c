@@ -283,6 +283,12 @@ void gpo_res_totals(uint64_t *hits, uint64_t *saved, uint64_t *kept)
 
 void gpo_res_summary(void)
 {
+	/* Only when it did something, or could not: nothing to say of a
+	 * program whose operands were all small or used once, or of
+	 * residency switched off on purpose. */
+	if (!gpo__res_kept && (gpo__res_state != 0 ||
+			       gpo__res_reason == GPO_WT_R_OFF))
+		return;
 	fprintf(stderr, "gpu-offload: residency: %s; %llu copies avoided (%.1f MB), %llu device copies kept\n",
 		gpo_res_why(), (unsigned long long)gpo__res_hits,
 		(double)gpo__res_saved / 1e6,

@@ -82,7 +82,8 @@ int gpo_res_evict(const struct gpo_backend *be, uint64_t need);
 void gpo_res_totals(uint64_t *hits, uint64_t *saved, uint64_t *kept);
 
 /* The summary's residency line on stderr (observe.c calls it at exit,
- * through a weak reference, once something was offloaded). */
+ * through a weak reference, once something was offloaded): when a copy
+ * was kept, or residency is unavailable (the reason in a word). */
 void gpo_res_summary(void);
 
 #endif
