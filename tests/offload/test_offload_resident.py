@@ -124,3 +124,31 @@ def test_operands_below_the_minimum_are_not_kept(tmp_path):
     assert on == off == 8, (on, off)
     p, on = run(tmp_path, "reuse", GPU_OFFLOAD_RESIDENT_MIN=2 << 20)
     assert on == 6, on
+
+
+@needs_tracking
+def test_report_shows_bytes_moved_and_saved(tmp_path):
+    # gpu-offload report: per operation and in total, what the GPU calls
+    # copied and what residency did not copy; together they are what the
+    # same program copies with residency off.
+    import re
+    got = {}
+    for mode, extra in (("on", {}), ("off", {"GPU_OFFLOAD_RESIDENT": 0})):
+        tr = tmp_path / ("tr-" + mode)
+        p, _ = run(tmp_path, "reuse", GPU_OFFLOAD_TRACE=str(tr), **extra)
+        assert p.returncode == 0, p.stdout + p.stderr
+        rep = subprocess.run([str(F.BUILD / "gpu-offload"), "report", str(tr)],
+                             capture_output=True, text=True, timeout=60)
+        assert rep.returncode == 0, rep.stdout + rep.stderr
+        head = next(l for l in rep.stdout.splitlines() if l.startswith("op "))
+        row = next(l for l in rep.stdout.splitlines() if l.startswith("dgemm "))
+        m = re.search(r"copies: ([0-9.]+) MB moved; ([0-9.]+) MB saved", rep.stdout)
+        assert m, rep.stdout
+        got[mode] = (float(m.group(1)), float(m.group(2)))
+        assert head.split()[11:15] == ["moved", "MB", "saved", "MB"], head
+        assert float(row.split()[8]) == got[mode][0], rep.stdout
+        assert float(row.split()[9]) == got[mode][1], rep.stdout
+    a_mb = 512 * 512 * 8 / 1e6
+    assert got["off"][1] == 0, got
+    assert got["on"][1] == pytest.approx(2 * a_mb, abs=1e-3), got
+    assert got["on"][0] + got["on"][1] == pytest.approx(got["off"][0], abs=2e-3), got
