@@ -52,10 +52,11 @@ int gpo_res_enabled(void)
 		uint64_t v;
 		if (m && *m && gm_parse_uint(m, 10, UINT64_MAX, &v) == 0)
 			gpo__res_min = v;
+		/* The tracker itself starts at the first arming (no
+		 * descriptor before an operand is seen twice); one that
+		 * cannot start turns residency off there (gpo_res_arm). */
 		if (s && strcmp(s, "0") == 0)
 			gpo__res_reason = GPO_WT_R_OFF;
-		else
-			gpo__res_reason = gpo_wt_available();
 		gpo__res_state = gpo__res_reason == 0;
 	}
 	return gpo__res_state;
@@ -189,6 +190,7 @@ int gpo_res_arm(const struct gpo_backend *be, const struct gpo_res_key *k)
 {
 	uintptr_t pg = 4096, lo = gpo__lo(k) & ~(pg - 1),
 		  hi = (gpo__hi(k) + pg - 1) & ~(pg - 1);
+	int rc;
 
 	/* Every other copy whose pages these share: arming forgets the
 	 * writes there, so they cannot be trusted after it. (Pages of
@@ -199,7 +201,13 @@ int gpo_res_arm(const struct gpo_backend *be, const struct gpo_res_key *k)
 		    ((gpo__hi(&r->k) + pg - 1) & ~(pg - 1)) > lo)
 			gpo__unkeep(be, r);
 	}
-	return gpo_wt_protect(k->host, gpo__hi(k) - gpo__lo(k));
+	rc = gpo_wt_protect(k->host, gpo__hi(k) - gpo__lo(k));
+	if (rc == GPO_WT_R_KERNEL || rc == GPO_WT_R_PERM) {
+		/* For the life of the process: nothing was ever kept. */
+		gpo__res_state = 0;
+		gpo__res_reason = rc;
+	}
+	return rc;
 }
 
 /* What the table may hold: half the device memory the level leaves

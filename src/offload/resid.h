@@ -39,7 +39,8 @@ struct gpo_res_key {
 };
 
 /* Residency in force for this process: 1, or 0 (off: GPU_OFFLOAD_RESIDENT
- * =0, or the tracker unavailable; gpo_res_why says which). */
+ * =0, or the tracker found unavailable at its first arming; gpo_res_why
+ * says which). Opens nothing. */
 int gpo_res_enabled(void);
 /* One word: "on", "off" (switched off), or the tracker's reason
  * ("kernel", "permission", ...). */

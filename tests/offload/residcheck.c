@@ -10,6 +10,8 @@
  *   residcheck fresh    a new A every call (never reused): checks that
  *                       the kernel never saw A's memory registered for
  *                       write-protection (PAGEMAP_SCAN's PAGE_IS_WPALLOWED)
+ *   residcheck small    A reused, run with the default minimum size (above
+ *                       A's): no userfaultfd is ever opened
  *
  * Each case makes A resident first (three calls: seen, kept, reused),
  * then changes it and calls again. A stale device copy gives a wrong
@@ -104,6 +106,21 @@ static int registered(const double *a)
 	if (fd >= 0)
 		close(fd);
 	return n != 0;          /* error: say registered (the test fails) */
+}
+
+/* Whether the process holds a userfaultfd (the tracker's descriptor). */
+static int uffd_open(void)
+{
+	char l[64], t[128];
+
+	for (int f = 0; f < 1024; f++) {
+		ssize_t n;
+		snprintf(l, sizeof l, "/proc/self/fd/%d", f);
+		n = readlink(l, t, sizeof t - 1);
+		if (n > 0 && (t[n] = 0, strstr(t, "userfaultfd")))
+			return 1;
+	}
+	return 0;
 }
 
 static void resident(const char *name, const double *a)
@@ -247,6 +264,15 @@ static int run(const char *cs)
 		mprotect(a, AB, PROT_READ | PROT_WRITE);
 		a[N * 2] = 8;
 		call(cs, a, 0);
+	} else if (!strcmp(cs, "small")) {
+		/* Reused, but below the minimum size (run with the default):
+		 * the tracker never opens its userfaultfd. */
+		resident(cs, a);
+		call(cs, a, 0);
+		if (uffd_open()) {
+			printf("small WRONG: a userfaultfd is open\n");
+			wrong = 1;
+		}
 	} else if (!strcmp(cs, "fresh")) {
 		for (int i = 0; i < 6; i++) {
 			double *f = anon_at(NULL, 0);
@@ -257,6 +283,7 @@ static int run(const char *cs)
 				wrong = 1;
 			}
 		}
+
 	} else {
 		printf("unknown case %s\n", cs);
 		return 2;

@@ -118,8 +118,9 @@ def test_operands_never_reused_are_never_tracked(tmp_path):
 def test_operands_below_the_minimum_are_not_kept(tmp_path):
     # The default minimum (4 MiB) leaves the 2 MiB matrix alone: copied
     # every call, as with residency off.
-    p, on = run(tmp_path, "reuse", GPU_OFFLOAD_RESIDENT_MIN="")
-    assert p.returncode == 0, p.stdout + p.stderr
+    p, on = run(tmp_path, "small", GPU_OFFLOAD_RESIDENT_MIN="")
+    # ... and the tracker opened no descriptor (residcheck looks).
+    assert p.returncode == 0 and "small ok" in p.stdout, p.stdout + p.stderr
     _, off = run(tmp_path, "reuse", GPU_OFFLOAD_RESIDENT=0)
     assert on == off == 8, (on, off)
     p, on = run(tmp_path, "reuse", GPU_OFFLOAD_RESIDENT_MIN=2 << 20)

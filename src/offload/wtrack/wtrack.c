@@ -120,7 +120,9 @@ static int gpo__wt_open(void)
 	if (fd < 0)
 		fd = (int)syscall(SYS_userfaultfd, O_CLOEXEC | O_NONBLOCK);
 	if (fd < 0)
-		return errno == ENOSYS ? GPO_WT_R_KERNEL : GPO_WT_R_PERM;
+		return errno == ENOSYS ? GPO_WT_R_KERNEL :
+		       errno == EPERM || errno == EACCES ? GPO_WT_R_PERM :
+		       GPO_WT_R_ERROR;          /* e.g. no descriptor left */
 	memset(&api, 0, sizeof api);
 	api.api = UFFD_API;
 	api.features = UFFD_FEATURE_WP_ASYNC | UFFD_FEATURE_WP_UNPOPULATED;
