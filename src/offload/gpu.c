@@ -432,7 +432,8 @@ static int gpo__device_work(struct gpo_fn *fn, struct gpo_ctx *x, void **dev,
 			continue;
 		}
 		if (rx)
-			rx->want[i] = gpo_res_wanted(be, &rx->key[i]);
+			rx->want[i] = gpo_res_wanted(be, &rx->key[i],
+						     x->s.b[i].in);
 		if (be->alloc(&dev[i], rx ? rx->bytes[i] : gpo__bytes(x, i)) != 0 &&
 		    !(rx && gpo_res_evict(be, rx->bytes[i]) &&
 		      be->alloc(&dev[i], rx->bytes[i]) == 0)) {
@@ -535,7 +536,8 @@ static void gpo__res_seen(const struct gpo_ctx *x, const struct gpo__resx *rx)
 {
 	for (int i = 0; i < x->s.nbuf; i++)
 		if (rx->key[i].host)
-			(void)gpo_res_wanted(gpo__be, &rx->key[i]);
+			(void)gpo_res_wanted(gpo__be, &rx->key[i],
+					     x->s.b[i].in);
 }
 
 /* Whether operand i shares pages with another operand of the call that

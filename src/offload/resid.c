@@ -35,6 +35,7 @@ struct gpo__res {
 	uint32_t skip;          /* sightings left before it is armed again */
 	uint32_t backoff;       /* the next skip after a change */
 	uint8_t used;
+	uint8_t read;           /* seen as an input: an output worth keeping */
 };
 
 static struct gpo__res gpo__res[GPO_RES_SLOTS];
@@ -166,7 +167,8 @@ int gpo_res_known(const struct gpo_res_key *k)
 	return r && (r->dev || !r->skip);
 }
 
-int gpo_res_wanted(const struct gpo_backend *be, const struct gpo_res_key *k)
+int gpo_res_wanted(const struct gpo_backend *be, const struct gpo_res_key *k,
+		   int input)
 {
 	struct gpo__res *r;
 
@@ -176,14 +178,20 @@ int gpo_res_wanted(const struct gpo_backend *be, const struct gpo_res_key *k)
 	if (!r) {
 		r = gpo__slot(be, k);
 		r->last = ++gpo__res_clock;
+		r->read = input != 0;
 		return 0;
 	}
 	r->last = ++gpo__res_clock;
+	if (input)
+		r->read = 1;
 	if (r->skip) {
 		r->skip--;
 		return 0;
 	}
-	return 1;
+	/* A pure output is armed (after its copy back) only once that
+	 * memory was read by a call: an output the program never passes
+	 * back is not worth the arming on every call. */
+	return r->read;
 }
 
 int gpo_res_arm(const struct gpo_backend *be, const struct gpo_res_key *k)

@@ -20,7 +20,8 @@
  *      each such change: a buffer the program rewrites between calls
  *      costs a write-fault per page at most once per period).
  * Outputs the call copied back are kept too (gpo_res_keep after the
- * commit, armed then): the next call that reads them finds them there.
+ * commit, armed then) once their memory was read by some call: the next
+ * call that reads them finds them there.
  * Arming a range drops every other entry that overlaps its pages (their
  * record of writes there would be lost). The table's device bytes stay
  * within half the memory the level leaves beyond its reserve, least
@@ -51,10 +52,12 @@ const char *gpo_res_why(void);
  * give it back); NULL when there is none (a changed one is released). */
 void *gpo_res_take(const struct gpo_backend *be, const struct gpo_res_key *k);
 
-/* Whether k should be armed for keeping (seen before and not backing
- * off); remembers k as seen either way. Called once per operand per call
- * (a sighting). */
-int gpo_res_wanted(const struct gpo_backend *be, const struct gpo_res_key *k);
+/* Whether k should be armed for keeping (seen before, not backing off,
+ * and, for a pure output (input 0), read as an input by some call
+ * before); remembers k as seen either way. Called once per operand per
+ * call (a sighting); operands under the minimum size are ignored. */
+int gpo_res_wanted(const struct gpo_backend *be, const struct gpo_res_key *k,
+		   int input);
 
 /* Whether k is in the table (kept, or seen and not backing off): no
  * change to the table. */
