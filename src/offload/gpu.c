@@ -46,6 +46,14 @@
  * invariant, pure outputs straight into the caller's memory, the other
  * outputs staged until commit(); it answers GPO_BE_UNSUPPORTED for what
  * it does not pipeline, and the flow above runs.
+ *
+ * Residency (resid.h, docs/offload-residency.md): in the flow above, an
+ * input whose kept device copy is still equal to the host's is not
+ * allocated nor copied (gpo_res_take); one seen before is armed just
+ * before its copy in; after a call that succeeded, gpo_res_end keeps the
+ * buffers worth keeping instead of releasing them. A call with an
+ * operand kept or seen before runs this flow rather than run_host. The
+ * kept copies are released before the backend stops.
  */
 #define _GNU_SOURCE
 #include "compat.h"
@@ -402,18 +410,11 @@ static uint64_t gpo__bytes(const struct gpo_ctx *x, int i)
 		(uint64_t)x->s.b[i].rows) * gpo_elem_size(x, i);
 }
 
-/* A call's residency (resid.h): each operand's key and device size,
- * whether its copy was kept (hit), seen before (want), armed. */
-struct gpo__resx {
-	struct gpo_res_key key[GPO_MAX_BUFS];
-	uint64_t bytes[GPO_MAX_BUFS];
-	uint8_t hit[GPO_MAX_BUFS], want[GPO_MAX_BUFS], armed[GPO_MAX_BUFS];
-};
 
 /* Caller holds gpo__lock. Device buffers in dev[]; rx: residency in
  * force (NULL: none). */
 static int gpo__device_work(struct gpo_fn *fn, struct gpo_ctx *x, void **dev,
-			    int stage_only, struct gpo__resx *rx)
+			    int stage_only, struct gpo_res_call *rx)
 {
 	const struct gpo_backend *be = gpo__be;
 	struct gpo_kernel k;
@@ -498,94 +499,9 @@ static int gpo__device_work(struct gpo_fn *fn, struct gpo_ctx *x, void **dev,
 	return 0;
 }
 
-/* Residency for this call (NULL: off): the operands' keys. */
-static struct gpo__resx *gpo__res_begin(struct gpo_ctx *x, struct gpo__resx *rx)
-{
-	if (!gpo_res_enabled())
-		return NULL;
-	memset(rx, 0, sizeof *rx);
-	for (int i = 0; i < x->s.nbuf; i++) {
-		uint64_t es = gpo_elem_size(x, i);
-		x->c.buf[i].resident = 0;
-		if (!x->s.b[i].rows || !x->s.b[i].cols)
-			continue;
-		rx->key[i].host = x->a.buf[i];
-		rx->key[i].pitch = (uint64_t)x->a.ld[i] * es;
-		rx->key[i].width = (uint64_t)x->s.b[i].rows * es;
-		rx->key[i].cols = (uint64_t)x->s.b[i].cols;
-		rx->bytes[i] = gpo__bytes(x, i);
-	}
-	return rx;
-}
-
-/* Whether an operand of the call is kept or was seen before: then the
- * frontend's own flow runs it (the backend's pipelined run_host neither
- * takes nor keeps device copies). */
-static int gpo__res_known(const struct gpo_ctx *x, const struct gpo__resx *rx)
-{
-	if (!rx)
-		return 0;
-	for (int i = 0; i < x->s.nbuf; i++)
-		if (rx->key[i].host && gpo_res_known(&rx->key[i]))
-			return 1;
-	return 0;
-}
-
-/* A call run_host did: its operands seen once (nothing kept). */
-static void gpo__res_seen(const struct gpo_ctx *x, const struct gpo__resx *rx)
-{
-	for (int i = 0; i < x->s.nbuf; i++)
-		if (rx->key[i].host)
-			(void)gpo_res_wanted(gpo__be, &rx->key[i],
-					     x->s.b[i].in);
-}
-
-/* Whether operand i shares pages with another operand of the call that
- * was armed in it: arming that one forgot the writes to those pages since
- * i was checked or armed, so i's copy cannot be trusted. */
-static int gpo__res_shared(const struct gpo_ctx *x, const struct gpo__resx *rx,
-			   int i)
-{
-	const uintptr_t pg = 4096;
-
-	for (int j = 0; j < x->s.nbuf; j++) {
-		const struct gpo_res_key *a = &rx->key[i], *b = &rx->key[j];
-		if (j == i || !rx->armed[j] || !b->host)
-			continue;
-		if (((uintptr_t)a->host & ~(pg - 1)) <
-		    (uintptr_t)b->host + b->pitch * (b->cols - 1) + b->width &&
-		    ((uintptr_t)b->host & ~(pg - 1)) <
-		    (uintptr_t)a->host + a->pitch * (a->cols - 1) + a->width)
-			return 1;
-	}
-	return 0;
-}
-
-/* After a call that succeeded (the outputs committed, unless verify):
- * keep pure inputs that were kept or armed; then outputs, armed now that
- * the results are in the caller's memory (dropping what overlaps them,
- * inputs of this call included). Kept buffers leave dev[]. */
-static void gpo__res_end(const struct gpo_ctx *x, struct gpo__resx *rx,
-			 void **dev, int stage_only)
-{
-	for (int i = 0; i < x->s.nbuf; i++)
-		if (dev[i] && x->s.b[i].in && !x->s.b[i].out &&
-		    (rx->hit[i] || rx->armed[i]) && !gpo__res_shared(x, rx, i) &&
-		    gpo_res_keep(gpo__be, &rx->key[i], dev[i], rx->bytes[i]))
-			dev[i] = NULL;
-	if (stage_only)
-		return;         /* verify: the host holds the CPU's results */
-	for (int i = 0; i < x->s.nbuf; i++)
-		if (dev[i] && x->s.b[i].out &&
-		    (rx->hit[i] || rx->want[i]) &&
-		    gpo_res_arm(gpo__be, &rx->key[i]) == 0 &&
-		    gpo_res_keep(gpo__be, &rx->key[i], dev[i], rx->bytes[i]))
-			dev[i] = NULL;
-}
-
 int gpo_gpu_call(struct gpo_fn *fn, struct gpo_ctx *x, int stage_only)
 {
-	struct gpo__resx rxs, *rx;
+	struct gpo_res_call rxs, *rx;
 	void *dev[GPO_MAX_BUFS] = { 0 };
 	double t0 = gpo_now();
 	int rc;
@@ -597,19 +513,19 @@ int gpo_gpu_call(struct gpo_fn *fn, struct gpo_ctx *x, int stage_only)
 		return GPO_R_NO_BACKEND;
 	}
 	rc = GPO_R_UNSUPPORTED;
-	rx = gpo__res_begin(x, &rxs);
+	rx = gpo_res_begin(x, &rxs);
 	if (!stage_only && x->s.nbuf <= 4 && GPO_BE_HAS(gpo__be, run_host) &&
-	    !gpo__res_known(x, rx)) {
+	    !gpo_res_call_known(x, rx)) {
 		rc = gpo__host_work(fn, x);
 		if (rc != GPO_R_UNSUPPORTED && rx)
-			gpo__res_seen(x, rx);
+			gpo_res_call_seen(gpo__be, x, rx);
 	}
 	if (rc == GPO_R_UNSUPPORTED)
 		rc = gpo__device_work(fn, x, dev, stage_only, rx);
 	if (rc != 0)
 		gpo__be->discard();     /* the caller's in-out operands stay */
 	else if (rx)
-		gpo__res_end(x, rx, dev, stage_only);
+		gpo_res_end(gpo__be, x, rx, dev, stage_only);
 	for (int i = 0; i < GPO_MAX_BUFS; i++)
 		if (dev[i])
 			gpo__be->release(dev[i]);

@@ -33,6 +33,7 @@
 #include <stdint.h>
 
 #include "backend.h"
+#include "policy.h"     /* GPO_MAX_BUFS */
 
 struct gpo_res_key {
 	const void *host;
@@ -84,6 +85,31 @@ int gpo_res_evict(const struct gpo_backend *be, uint64_t need);
 
 /* Totals for the summary: copies avoided and their bytes, buffers kept. */
 void gpo_res_totals(uint64_t *hits, uint64_t *saved, uint64_t *kept);
+
+/* ---- One call (rescall.c) ---------------------------------------------- */
+struct gpo_ctx;
+
+/* A call's residency: each operand's key and device size, whether its
+ * kept copy was taken (hit), whether it is to be armed (want), armed. */
+struct gpo_res_call {
+	struct gpo_res_key key[GPO_MAX_BUFS];
+	uint64_t bytes[GPO_MAX_BUFS];
+	uint8_t hit[GPO_MAX_BUFS], want[GPO_MAX_BUFS], armed[GPO_MAX_BUFS];
+};
+
+/* rx filled for call x (its resident flags cleared), or NULL when
+ * residency is off. */
+struct gpo_res_call *gpo_res_begin(struct gpo_ctx *x, struct gpo_res_call *rx);
+/* Whether an operand of the call is kept or was seen before: then the
+ * frontend's own flow runs it, not the backend's run_host. */
+int gpo_res_call_known(const struct gpo_ctx *x, const struct gpo_res_call *rx);
+/* A call run_host did: each operand's sighting. */
+void gpo_res_call_seen(const struct gpo_backend *be, const struct gpo_ctx *x,
+		       const struct gpo_res_call *rx);
+/* After the call succeeded (results committed, unless stage_only: verify):
+ * keep its buffers as resid.h says; kept ones leave dev[] (NULL). */
+void gpo_res_end(const struct gpo_backend *be, const struct gpo_ctx *x,
+		 struct gpo_res_call *rx, void **dev, int stage_only);
 
 /* The summary's residency line on stderr (observe.c calls it at exit,
  * through a weak reference, once something was offloaded): when a copy
