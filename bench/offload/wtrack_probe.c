@@ -20,6 +20,7 @@
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -28,6 +29,11 @@
 #include <linux/userfaultfd.h>
 
 #include "wtrack/wtrack.h"
+
+#ifndef PR_SET_VMA
+#define PR_SET_VMA 0x53564d41
+#define PR_SET_VMA_ANON_NAME 0
+#endif
 
 static int fails;
 
@@ -198,6 +204,20 @@ static void cases(void)
 			munmap(q, len);
 		if (m >= 0)
 			close(m);
+	}
+
+	/* A named anonymous mapping (glibc's decorated arenas): tracked. */
+	{
+		q = anon(len);
+		memset(q, 1, len);
+		if (prctl(PR_SET_VMA, PR_SET_VMA_ANON_NAME, (unsigned long)q,
+			  len, (unsigned long)"wtprobe") == 0) {
+			check("named anonymous mapping tracked", armed(q, len));
+			q[9] = 2;
+			check("named anonymous mapping: write seen",
+			      !gpo_wt_clean(q, len));
+		}
+		munmap(q, len);
 	}
 
 	/* Transparent huge pages. */

@@ -252,11 +252,14 @@ static int gpo__wt_line(const char *s, const char *end, uintptr_t lo,
 		inode = inode * 10 + (uintptr_t)(*s++ - '0');
 	while (s < end && *s == ' ')
 		s++;
-	/* Private, writable, no file; a path only for the heap ([stack]
-	 * and the rest are not the program's arrays). */
+	/* Private, writable, no file; a name only for the heap or a named
+	 * anonymous mapping ("[anon:...]", prctl PR_SET_VMA_ANON_NAME, e.g.
+	 * glibc's decorated malloc arenas; "[anon_shmem:...]" is shared).
+	 * [stack] and the rest are not the program's arrays. */
 	if (perms[0] != 'r' || perms[1] != 'w' || perms[3] != 'p' ||
 	    maj || min || inode ||
-	    (s < end && !(end - s == 6 && memcmp(s, "[heap]", 6) == 0)))
+	    (s < end && !(end - s == 6 && memcmp(s, "[heap]", 6) == 0) &&
+	     !(end - s > 6 && memcmp(s, "[anon:", 6) == 0)))
 		return GPO_WT_R_SHARED;
 	*next = b;
 	/* Registered again every time, never from a list of our own: the
