@@ -123,6 +123,32 @@ static int uffd_open(void)
 	return 0;
 }
 
+/* C2 = A A^T: the same matrix as both operands (two keys over the same
+ * pages in one call), compared with the loop. */
+static double *c2, *ref2;
+static void call_twice(const char *name, const double *a)
+{
+	int n = N;
+	double one = 1, zero = 0, d = 0;
+
+	if (!c2 && (!(c2 = malloc(AB)) || !(ref2 = malloc(AB))))
+		exit(2);
+	for (int j = 0; j < N; j++)
+		for (int i = 0; i < N; i++) {
+			double s = 0;
+			for (int l = 0; l < N; l++)
+				s += a[i + (size_t)l * N] * a[j + (size_t)l * N];
+			ref2[i + (size_t)j * N] = s;
+		}
+	gemm("N", "T", &n, &n, &n, &one, a, &n, a, &n, &zero, c2, &n, 1, 1);
+	for (size_t i = 0; i < (size_t)N * N; i++)
+		d = fmax(d, fabs(c2[i] - ref2[i]));
+	if (!(d < 1e-9)) {
+		printf("%s WRONG %g\n", name, d);
+		wrong = 1;
+	}
+}
+
 static void resident(const char *name, const double *a)
 {
 	for (int i = 0; i < 3; i++)
@@ -258,6 +284,14 @@ static int run(const char *cs)
 		call(cs, a, 1);
 		c[N * K - 1] = 0;
 		call(cs, a, 1);
+	} else if (!strcmp(cs, "twice")) {
+		for (int i = 0; i < 3; i++)
+			call_twice(cs, a);
+		a[N * 30 + 2] = 6;
+		call_twice(cs, a);
+		call_twice(cs, a);
+		a[N * 200] = -6;
+		call_twice(cs, a);
 	} else if (!strcmp(cs, "mprotect")) {
 		resident(cs, a);
 		mprotect(a, AB, PROT_READ);
@@ -299,7 +333,7 @@ int main(int argc, char **argv)
 		return 2;
 	if (!strcmp(argv[1], "list")) {
 		printf("reuse write thread read recv pread fork dontneed remap "
-		       "mremap shared thp output mprotect\n");
+		       "mremap shared thp output mprotect twice\n");
 		return 0;
 	}
 	gemm = (gemm_t *)dlsym(RTLD_DEFAULT, "dgemm_");

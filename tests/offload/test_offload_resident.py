@@ -6,7 +6,8 @@ residcheck (tests/offload/residcheck.c) makes a matrix resident, changes
 it one way per case (a write by this or another thread, read(2), recv,
 pread, fork, MADV_DONTNEED, munmap and a new mapping at the same address,
 mremap, shared memory written by another process, a transparent huge
-page, an output read back by the next call and changed, mprotect), and
+page, an output read back by the next call and changed, mprotect, the
+same matrix as both operands of one call), and
 compares every result with a plain loop's: a stale device copy would give
 a wrong result (each case but "reuse" and "shared" reports WRONG with the
 tracker's clean() forced to 1). The copies are the test backend's journal
@@ -58,7 +59,7 @@ def run(tmp, case, **extra):
 CASES = subprocess.run([str(PROG), "list"], capture_output=True, text=True
                        ).stdout.split() if PROG.exists() else [
     "reuse", "write", "thread", "read", "recv", "pread", "fork", "dontneed",
-    "remap", "mremap", "shared", "thp", "output", "mprotect"]
+    "remap", "mremap", "shared", "thp", "output", "mprotect", "twice"]
 
 
 @pytest.mark.parametrize("case", CASES)
