@@ -524,7 +524,9 @@ int gpo_gpu_call(struct gpo_fn *fn, struct gpo_ctx *x, int stage_only)
 		rc = gpo__device_work(fn, x, dev, stage_only, rx);
 	if (rc != 0)
 		gpo__be->discard();     /* the caller's in-out operands stay */
-	else if (rx)
+	if (rx && !stage_only)
+		gpo_res_call_wrote(gpo__be, x, rx);
+	if (rc == 0 && rx)
 		gpo_res_end(gpo__be, x, rx, dev, stage_only);
 	for (int i = 0; i < GPO_MAX_BUFS; i++)
 		if (dev[i])

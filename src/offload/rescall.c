@@ -45,6 +45,14 @@ int gpo_res_call_known(const struct gpo_ctx *x, const struct gpo_res_call *rx)
 	return 0;
 }
 
+void gpo_res_call_wrote(const struct gpo_backend *be, const struct gpo_ctx *x,
+			const struct gpo_res_call *rx)
+{
+	for (int i = 0; i < x->s.nbuf; i++)
+		if (rx->key[i].host && x->s.b[i].out)
+			gpo_res_forget(be, &rx->key[i]);
+}
+
 /* A call run_host did: its operands seen once (nothing kept). */
 void gpo_res_call_seen(const struct gpo_backend *be, const struct gpo_ctx *x,
 		       const struct gpo_res_call *rx)

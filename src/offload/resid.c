@@ -194,21 +194,28 @@ int gpo_res_wanted(const struct gpo_backend *be, const struct gpo_res_key *k,
 	return r->read;
 }
 
-int gpo_res_arm(const struct gpo_backend *be, const struct gpo_res_key *k)
+void gpo_res_forget(const struct gpo_backend *be, const struct gpo_res_key *k)
 {
 	uintptr_t pg = 4096, lo = gpo__lo(k) & ~(pg - 1),
 		  hi = (gpo__hi(k) + pg - 1) & ~(pg - 1);
-	int rc;
 
-	/* Every other copy whose pages these share: arming forgets the
-	 * writes there, so they cannot be trusted after it. (Pages of
-	 * 4 KiB at least: a bigger page size only widens what is dropped.) */
+	/* (Pages of 4 KiB at least: a bigger page size only widens what
+	 * is dropped.) */
 	for (int i = 0; i < GPO_RES_SLOTS; i++) {
 		struct gpo__res *r = &gpo__res[i];
 		if (r->used && r->dev && gpo__lo(&r->k) < hi &&
 		    ((gpo__hi(&r->k) + pg - 1) & ~(pg - 1)) > lo)
 			gpo__unkeep(be, r);
 	}
+}
+
+int gpo_res_arm(const struct gpo_backend *be, const struct gpo_res_key *k)
+{
+	int rc;
+
+	/* Every other copy whose pages these share: arming forgets the
+	 * writes there, so they cannot be trusted after it. */
+	gpo_res_forget(be, k);
 	rc = gpo_wt_protect(k->host, gpo__hi(k) - gpo__lo(k));
 	if (rc == GPO_WT_R_KERNEL || rc == GPO_WT_R_PERM) {
 		/* For the life of the process: nothing was ever kept. */

@@ -69,6 +69,11 @@ int gpo_res_known(const struct gpo_res_key *k);
  * armed; else a tracker reason (then k must not be kept). */
 int gpo_res_arm(const struct gpo_backend *be, const struct gpo_res_key *k);
 
+/* Drop every kept copy that shares a page with k: the call wrote k in
+ * the caller's memory (its copy out may be a device's DMA, which the
+ * tracker does not see). */
+void gpo_res_forget(const struct gpo_backend *be, const struct gpo_res_key *k);
+
 /* Keep dev as the device copy of k (armed by gpo_res_arm since its
  * content was last written on the host): 1 when kept (the table owns
  * dev), 0 when not (the caller releases it). bytes: dev's size. */
@@ -103,6 +108,10 @@ struct gpo_res_call *gpo_res_begin(struct gpo_ctx *x, struct gpo_res_call *rx);
 /* Whether an operand of the call is kept or was seen before: then the
  * frontend's own flow runs it, not the backend's run_host. */
 int gpo_res_call_known(const struct gpo_ctx *x, const struct gpo_res_call *rx);
+/* After the call, whatever its outcome: the kept copies that share pages
+ * with its outputs dropped (gpo_res_forget). */
+void gpo_res_call_wrote(const struct gpo_backend *be, const struct gpo_ctx *x,
+			const struct gpo_res_call *rx);
 /* A call run_host did: each operand's sighting. */
 void gpo_res_call_seen(const struct gpo_backend *be, const struct gpo_ctx *x,
 		       const struct gpo_res_call *rx);
