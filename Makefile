@@ -175,6 +175,7 @@ $(B)/tests/lease-unit-san: $(LEASE_UNIT_SRC) tests/lease/lease-unit.h $(B)/lible
 -include src/preload/module.mk
 -include src/offload/module.mk
 -include src/offload/pcopy/module.mk
+-include src/offload/wtrack/module.mk
 -include src/offload/policy.mk
 -include src/offload/cuda/module.mk
 -include bench/offload/module.mk

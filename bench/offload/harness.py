@@ -203,9 +203,11 @@ def summaries(stderr):
 
 
 def other_lines(stderr):
-    """stderr less the summaries: what else the library (or anyone) said."""
+    """stderr less the summaries (and their residency line): what else
+    the library (or anyone) said."""
     return [ln for ln in stderr.splitlines()
-            if ln.strip() and not ln.startswith("gpu-offload: summary:")]
+            if ln.strip() and not ln.startswith(("gpu-offload: summary:",
+                                                 "gpu-offload: residency:"))]
 
 
 REPORT_HEAD = re.compile(

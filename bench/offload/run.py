@@ -41,6 +41,10 @@ process's time limit is capped by it), and says what it skipped:
             threads of small dgemm around the threshold and the model's
             crossover, scikit-learn KMeans, joblib; plain vs default level
             in process pairs, each point at most 1.05x
+  resident  operands kept on the GPU (resident.py): 100 products A @ x_k
+            (A 8192 x 8192), a dense CG loop on 8192, scikit-learn Ridge
+            over 20 alphas and randomized PCA: the CPU, the default level
+            with residency off and on, side by side, results compared
   sweep     never slower: gemm, solve, eigh, cholesky, mixed; 16 .. 16384;
             paired, alternating repetitions judged on the median of the
             paired ratios (sweep.py, verdict.judge): fresh process pairs up
@@ -71,10 +75,11 @@ import verdict as V  # noqa: E402
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BUILD = os.path.join(REPO, "build")
 ALL = ["machine", "small", "short", "headline", "nvblas", "verify", "mutex",
-       "threads", "sweep", "suites"]
+       "threads", "resident", "sweep", "suites"]
 # Relative shares of the budget among the selected sections.
 SHARE = {"machine": 0.10, "small": 0.01, "short": 0.02, "headline": 0.22,
          "nvblas": 0.03, "verify": 0.06, "mutex": 0.06, "threads": 0.10,
+         "resident": 0.10,
          "sweep": 0.20, "suites": 0.20}
 
 

@@ -13,6 +13,7 @@ import verdict as V
 from sweep import sec_sweep  # noqa: F401  (run.py calls sections by name)
 from suites import sec_mutex, sec_suites  # noqa: F401
 from threads import sec_threads  # noqa: F401
+from resident import sec_resident  # noqa: F401
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 WORK = os.path.join(HERE, "work.py")

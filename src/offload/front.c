@@ -326,6 +326,7 @@ static void gpo__describe(struct gpo_fn *fn, struct gpo_ctx *x)
 		c->buf[i].bytes = bytes;
 		c->buf[i].in = x->s.b[i].in;
 		c->buf[i].out = x->s.b[i].out;
+		c->buf[i].resident = 0;         /* gpu.c sets it */
 		if (x->s.b[i].in)
 			c->bytes_in += (double)bytes;
 		if (x->s.b[i].out)

@@ -46,6 +46,14 @@
  * invariant, pure outputs straight into the caller's memory, the other
  * outputs staged until commit(); it answers GPO_BE_UNSUPPORTED for what
  * it does not pipeline, and the flow above runs.
+ *
+ * Residency (resid.h, docs/offload-residency.md): in the flow above, an
+ * input whose kept device copy is still equal to the host's is not
+ * allocated nor copied (gpo_res_take); one seen before is armed just
+ * before its copy in; after a call that succeeded, gpo_res_end keeps the
+ * buffers worth keeping instead of releasing them. A call with an
+ * operand kept or seen before runs this flow rather than run_host. The
+ * kept copies are released before the backend stops.
  */
 #define _GNU_SOURCE
 #include "compat.h"
@@ -57,6 +65,7 @@
 
 #include "frontend.h"
 #include "pcopy/pcopy.h"
+#include "resid.h"
 
 static pthread_mutex_t gpo__lock = PTHREAD_MUTEX_INITIALIZER;
 static const struct gpo_backend *gpo__be;
@@ -214,6 +223,8 @@ void gpo_gpu_stop(void)
 	pthread_mutex_lock(&gpo__lock);
 	if (gpo__started && !gpo__forked) {
 		gpo_quiet(1);
+		/* The kept copies go with the lease (resid.h). */
+		gpo_res_drop_all(gpo__be);
 		gpo__be->stop();
 		gpo_quiet(0);
 	}
@@ -392,9 +403,18 @@ static int gpo__nan_sv(const struct gpo_fn *fn, const struct gpo_ctx *x)
 	return 0;
 }
 
-/* Caller holds gpo__lock. Device buffers in dev[]. */
+/* The device bytes of operand i: ld * (cols - 1) + rows elements. */
+static uint64_t gpo__bytes(const struct gpo_ctx *x, int i)
+{
+	return ((uint64_t)x->a.ld[i] * (uint64_t)(x->s.b[i].cols - 1) +
+		(uint64_t)x->s.b[i].rows) * gpo_elem_size(x, i);
+}
+
+
+/* Caller holds gpo__lock. Device buffers in dev[]; rx: residency in
+ * force (NULL: none). */
 static int gpo__device_work(struct gpo_fn *fn, struct gpo_ctx *x, void **dev,
-			    int stage_only)
+			    int stage_only, struct gpo_res_call *rx)
 {
 	const struct gpo_backend *be = gpo__be;
 	struct gpo_kernel k;
@@ -402,12 +422,22 @@ static int gpo__device_work(struct gpo_fn *fn, struct gpo_ctx *x, void **dev,
 	int r;
 
 	for (int i = 0; i < x->s.nbuf; i++) {
-		uint64_t es = gpo_elem_size(x, i);
 		int64_t rows = x->s.b[i].rows, cols = x->s.b[i].cols;
 		if (!rows || !cols)
 			continue;
-		if (be->alloc(&dev[i], ((uint64_t)x->a.ld[i] * (uint64_t)(cols - 1) +
-				       (uint64_t)rows) * es) != 0) {
+		/* A kept copy of an input, still equal to the host's. */
+		if (rx && x->s.b[i].in &&
+		    (dev[i] = gpo_res_take(be, &rx->key[i])) != NULL) {
+			rx->hit[i] = 1;
+			x->c.buf[i].resident = 1;
+			continue;
+		}
+		if (rx)
+			rx->want[i] = gpo_res_wanted(be, &rx->key[i],
+						     x->s.b[i].in);
+		if (be->alloc(&dev[i], rx ? rx->bytes[i] : gpo__bytes(x, i)) != 0 &&
+		    !(rx && gpo_res_evict(be, rx->bytes[i]) &&
+		      be->alloc(&dev[i], rx->bytes[i]) == 0)) {
 			dev[i] = NULL;
 			gpo__failed(fn, 0);
 			return GPO_R_FAIL_ALLOC;
@@ -429,8 +459,11 @@ static int gpo__device_work(struct gpo_fn *fn, struct gpo_ctx *x, void **dev,
 		}
 	for (int i = 0; i < x->s.nbuf; i++) {
 		uint64_t es = gpo_elem_size(x, i), pitch = (uint64_t)x->a.ld[i] * es;
-		if (!dev[i] || !x->s.b[i].in)
+		if (!dev[i] || !x->s.b[i].in || (rx && rx->hit[i]))
 			continue;
+		/* Armed before the copy: a write racing it is seen next time. */
+		if (rx && rx->want[i])
+			rx->armed[i] = gpo_res_arm(be, &rx->key[i]) == 0;
 		if (be->to_device(dev[i], pitch, x->a.buf[i], pitch,
 				  (uint64_t)x->s.b[i].rows * es,
 				  (uint64_t)x->s.b[i].cols) != 0) {
@@ -468,6 +501,7 @@ static int gpo__device_work(struct gpo_fn *fn, struct gpo_ctx *x, void **dev,
 
 int gpo_gpu_call(struct gpo_fn *fn, struct gpo_ctx *x, int stage_only)
 {
+	struct gpo_res_call rxs, *rx;
 	void *dev[GPO_MAX_BUFS] = { 0 };
 	double t0 = gpo_now();
 	int rc;
@@ -479,12 +513,21 @@ int gpo_gpu_call(struct gpo_fn *fn, struct gpo_ctx *x, int stage_only)
 		return GPO_R_NO_BACKEND;
 	}
 	rc = GPO_R_UNSUPPORTED;
-	if (!stage_only && x->s.nbuf <= 4 && GPO_BE_HAS(gpo__be, run_host))
+	rx = gpo_res_begin(x, &rxs);
+	if (!stage_only && x->s.nbuf <= 4 && GPO_BE_HAS(gpo__be, run_host) &&
+	    !gpo_res_call_known(x, rx)) {
 		rc = gpo__host_work(fn, x);
+		if (rc != GPO_R_UNSUPPORTED && rx)
+			gpo_res_call_seen(gpo__be, x, rx);
+	}
 	if (rc == GPO_R_UNSUPPORTED)
-		rc = gpo__device_work(fn, x, dev, stage_only);
+		rc = gpo__device_work(fn, x, dev, stage_only, rx);
 	if (rc != 0)
 		gpo__be->discard();     /* the caller's in-out operands stay */
+	if (rx && !stage_only)
+		gpo_res_call_wrote(gpo__be, x, rx);
+	if (rc == 0 && rx)
+		gpo_res_end(gpo__be, x, rx, dev, stage_only);
 	for (int i = 0; i < GPO_MAX_BUFS; i++)
 		if (dev[i])
 			gpo__be->release(dev[i]);

@@ -110,6 +110,8 @@ void gpo_policy_observe(const struct gpo_call *c,
 	errno = saved;
 }
 
+void gpo_res_summary(void) __attribute__((weak, visibility("hidden")));
+
 void gpo_pol_summary(void)
 {
 	char line[1024];
@@ -148,4 +150,8 @@ void gpo_pol_summary(void)
 		fprintf(stderr, "gpu-offload: nothing was offloaded: no CUDA driver (libcuda.so.1 not found)\n");
 	else if (!gpo_pol.on_gpu && reasons[GPO_R_NO_BACKEND])
 		fprintf(stderr, "gpu-offload: nothing was offloaded: no GPU backend (it could not be loaded or started; see the line above)\n");
+	/* Residency (resid.c, in the library only: weak here, so that the
+	 * policy's own test driver links without the frontend). */
+	if (gpo_pol.on_gpu && gpo_res_summary)
+		gpo_res_summary();
 }

@@ -29,6 +29,8 @@ struct gpo_buf {
 	uint64_t bytes;        /* bytes the device copy of it would move */
 	uint8_t in;            /* 1: copied to the device */
 	uint8_t out;           /* 1: copied back (an output) */
+	uint8_t resident;      /* 1: an input the GPU already held (gpu.c,
+	                        * resid.h): not copied in */
 };
 
 struct gpo_call {

@@ -24,6 +24,10 @@
  *                              this process has not used it for this
  *                              long (default 1000): the figure includes
  *                              our own work
+ *   GPU_OFFLOAD_RESIDENT=0     no residency (read by resid.c, at the
+ *                              first GPU call; docs/offload-residency.md)
+ *   GPU_OFFLOAD_RESIDENT_MIN   the smallest operand kept, in bytes
+ *                              (default 4 MiB; resid.c)
  *   GPU_OFFLOAD_MEM_MS         the backend's free memory is read again
  *                              after this long (default 10; 0: every
  *                              call), or for a call that needs more than

@@ -225,6 +225,7 @@ int gpo_trace_call(const struct gpo_call *c, const struct gpo_decision *d,
 		r.buf[i].bytes = b->bytes;
 		r.buf[i].in = b->in;
 		r.buf[i].out = b->out;
+		r.buf[i].resident = b->resident;
 		if (!refs)
 			continue;
 		r.buf[i].fp_before = pre ? p->fp[i] : 0;

@@ -45,7 +45,9 @@ struct gpo_trace_buf {
 	uint64_t fp_before;      /* fingerprint before the call (0: unknown) */
 	uint64_t fp_after;       /* fingerprint after the call (0: unknown) */
 	uint8_t in, out;         /* copied to the device / back */
-	uint8_t pad[6];
+	uint8_t resident;        /* an input the GPU already held: not
+	                          * copied in (residency; 0 in older traces) */
+	uint8_t pad[5];
 };
 
 struct gpo_trace_rec {

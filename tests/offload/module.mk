@@ -7,7 +7,8 @@ OFL_TESTS := $(OFL_T)/opcheck $(OFL_T)/libbadabi.so $(OFL_T)/forkcheck \
              $(OFL_T)/securecheck $(OFL_T)/threadcheck $(OFL_T)/sitecheck \
              $(OFL_T)/forkrace $(OFL_T)/countcheck \
              $(OFL_T)/libdlcount.so $(OFL_T)/pausecheck \
-             $(OFL_T)/liblockcount.so $(OFL_T)/lockcheck
+             $(OFL_T)/liblockcount.so $(OFL_T)/lockcheck \
+             $(OFL_T)/residcheck
 
 $(OFL_T)/opcheck: $(OFL_TSRC)/opcheck.c $(OFL_TSRC)/opcheck_lapack.c $(OFL_TSRC)/opcheck.h
 	@mkdir -p $(@D)
@@ -18,6 +19,11 @@ $(OFL_T)/securecheck: $(OFL_TSRC)/securecheck.c
 	$(OFL_TCC) -o $@ $< -Wl,--no-as-needed -l:libblas.so.3 -ldl -lm
 
 $(OFL_T)/threadcheck: $(OFL_TSRC)/threadcheck.c
+	@mkdir -p $(@D)
+	$(OFL_TCC) -pthread -o $@ $< -Wl,--no-as-needed -l:libblas.so.3 -ldl -lm
+
+# residcheck: residency's cases (test_offload_resident.py).
+$(OFL_T)/residcheck: $(OFL_TSRC)/residcheck.c
 	@mkdir -p $(@D)
 	$(OFL_TCC) -pthread -o $@ $< -Wl,--no-as-needed -l:libblas.so.3 -ldl -lm
 

@@ -34,6 +34,9 @@
  * Built with -DGPO_TEST_ABI=N it answers ABI version N instead (the
  * mismatch test).
  *
+ * to_device journals "to_device <width> <rows>" (the copies a call made:
+ * residency's tests count them).
+ *
  * prefault (the optional entry) only journals "prefault <width> <rows>
  * <pitch>", so that tests see which ranges the frontend hands it.
  *
@@ -246,6 +249,8 @@ static int tb_to_device(void *dev, uint64_t dpitch, const void *host,
 	if (tb_fails(S_TO_DEVICE))
 		return -1;
 	tb_copy(dev, dpitch, host, spitch, width, rows);
+	tb_log("to_device %llu %llu", (unsigned long long)width,
+	       (unsigned long long)rows);
 	return 0;
 }
 
