@@ -74,18 +74,20 @@ def test_distro_build_bootstraps_only_above_the_marker():
 
 # ---- tools/packages.sh, the first step of `make demo` and `make check` ----
 
-def run_check(tmp_path, installed, uid, env_extra=None):
+def run_check(tmp_path, installed, uid, env_extra=None, provides=""):
     """tools/packages.sh with a stand-in dpkg-query that reports `installed`
-    as installed (and knows nothing else), an `id -u` answering `uid`, and
-    an apt-get that only records its arguments."""
+    as installed (and knows nothing else; asked for every package, it
+    answers "installed PROVIDES" with `provides`), an `id -u` answering
+    `uid`, and an apt-get that only records its arguments."""
     import os
     import subprocess
     bin_ = tmp_path / "bin"
     bin_.mkdir()
     log = tmp_path / "apt.log"
     (bin_ / "dpkg-query").write_text(
-        "#!/bin/sh\nshift 2\nfor p; do case ' %s ' in *\" $p \"*) "
-        "echo \"$p installed\";; esac; done\n" % " ".join(installed))
+        "#!/bin/sh\nshift 2\n[ $# -eq 0 ] && echo 'installed %s'\n"
+        "for p; do case ' %s ' in *\" $p \"*) "
+        "echo \"$p installed\";; esac; done\n" % (provides, " ".join(installed)))
     (bin_ / "id").write_text(f"#!/bin/sh\necho {uid}\n")
     (bin_ / "apt-get").write_text(f"#!/bin/sh\necho \"$@\" >> {log}\n")
     for f in bin_.iterdir():
@@ -116,6 +118,19 @@ def test_missing_as_root_says_what_it_installs_and_installs_it(tmp_path):
     assert ci_packages()[0] in r.stdout and "installing" in r.stdout
     assert apt.splitlines() == ["update -q",
                                 f"install -y -q --no-install-recommends {ci_packages()[0]}"]
+
+
+def test_a_name_an_installed_package_provides_is_not_missing(tmp_path):
+    """Debian 13 installs libtcmalloc-minimal4 as libtcmalloc-minimal4t64,
+    which provides the old name: not missing (before, every `make check`
+    on trixie asked to install it again, and a user's exited 2)."""
+    have = [p for p in ci_packages() if p != "libtcmalloc-minimal4"]
+    r, apt = run_check(tmp_path, have, 1000,
+                       provides="libtcmalloc-minimal4 (= 2.16-1), libfoo")
+    assert (r.returncode, r.stdout, r.stderr, apt) == (0, "", "", "")
+    (tmp_path / "again").mkdir()
+    r, apt = run_check(tmp_path / "again", have, 1000, provides="libfoo (= 1)")
+    assert r.returncode == 2 and "libtcmalloc-minimal4" in r.stderr
 
 
 def test_packages_no_skips_the_check(tmp_path):
