@@ -88,19 +88,25 @@ def test_verify_mode_covers_gemv(tmp_path):
     assert "mismatch" not in err and "differ" not in err, err
 
 
+@needs_tracking
 def test_gemv_with_a_matrix_not_resident_stays_on_the_cpu(tmp_path):
-    # A new matrix each call, even with the GPU forced: never offloaded.
+    # A new matrix at each of 6 calls, even with the GPU forced: none
+    # offloaded; then the first matrix again, 3 times: seen before, so
+    # all three run on the GPU (copied and kept, reused): 3 kernels.
     ref, _, _ = results(tmp_path, "fresh", None)
     got, runs, _ = results(tmp_path, "fresh", "gpu")
     same(got, ref)
-    assert runs == [], runs
+    assert len(runs) == 3, runs
 
 
+@needs_tracking
 def test_gemv_stays_on_the_cpu_without_residency(tmp_path):
-    ref, _, _ = results(tmp_path, "cases", None)
-    got, runs, _ = results(tmp_path, "cases", "gpu", GPU_OFFLOAD_RESIDENT=0)
+    ref, _, _ = results(tmp_path, "fresh", None)
+    got, runs, _ = results(tmp_path, "fresh", "gpu", GPU_OFFLOAD_RESIDENT=0)
     same(got, ref)
     assert runs == [], runs
+    _, runs, _ = results(tmp_path, "fresh", "gpu")
+    assert runs, "residency on: the reused matrix ran on the GPU"
 
 
 @needs_tracking
