@@ -34,8 +34,9 @@ Only /usr/bin/python3's standard library is used.
 # LAPACK destroys it (jobs other than 'O'), and callers test that it did
 # (SciPy's overwrite_a tests: the memory was reused), so the GPU's
 # destroyed A comes back too. beta_nz: beta is not zero (gemm, symm, hemm
-# read C only then: with beta = 0, C is a pure output, never copied in and
-# copied out straight into the caller's memory).
+# read C only then, gemv y: with beta = 0, it is a pure output, never
+# copied in and copied out straight into the caller's memory). A vector
+# (gemv's x, y) is 1 row of len columns, its increment the "ld".
 
 class Op:
     def __init__(self, num, name, level, precs, fargs, flops, bufs=(),
