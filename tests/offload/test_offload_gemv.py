@@ -5,7 +5,8 @@ gemvcheck (tests/offload/gemvcheck.c) calls dgemv_/zgemv_/cblas_?gemv on
 one matrix again and again with new vectors and writes every result; each
 test compares them with the same program's without the library (the CPU
 library's results), and reads the test backend's journal ("run 20" lines:
-gemv kernels) to see where the calls ran."""
+gemv kernels) to see where the calls ran. With the tracker's clean()
+forced to 1, each case that changes the matrix fails (a stale copy)."""
 import array
 import pathlib
 import subprocess
