@@ -230,7 +230,11 @@ def gen_wrapper(op, p, scheme, cblas, w):
             if buf in bi:
                 body.append(f"\t\tgx.a.ld[{bi[buf]}] = (int64_t){deref}{a};")
         elif k == "inc":
-            pass
+            # A vector operand's increment is its leading dimension
+            # (offload_ops.py: 1 row, len columns).
+            buf = a[3:]
+            if buf in bi:
+                body.append(f"\t\tgx.a.ld[{bi[buf]}] = (int64_t){deref}{a};")
         elif k == "lw":
             body.append(f"\t\tif ((int64_t){deref}{a} == -1) gx.a.query = 1;")
             lws += 1
@@ -323,7 +327,8 @@ def gen_ops(w):
             w.append(f"\ts->b[{i}].out = (uint8_t)({o_});")
             w.append(f"\ts->b[{i}].cmp = GPO_CMP_{cmp.upper()};")
             w.append(f"\ts->b[{i}].name = \"{nm}\";")
-            has_ld = any(a == "ld" + nm for a, _ in parse(list(op.fargs.values())[0]))
+            has_ld = any(a in ("ld" + nm, "inc" + nm)
+                         for a, _ in parse(list(op.fargs.values())[0]))
             w.append(f"\ts->b[{i}].has_ld = {1 if has_ld else 0};")
         w.append(f"\ts->gpu_ok = (uint8_t)({op.gpu_if});")
         w.append("}\n")

@@ -34,8 +34,9 @@ Only /usr/bin/python3's standard library is used.
 # LAPACK destroys it (jobs other than 'O'), and callers test that it did
 # (SciPy's overwrite_a tests: the memory was reused), so the GPU's
 # destroyed A comes back too. beta_nz: beta is not zero (gemm, symm, hemm
-# read C only then: with beta = 0, C is a pure output, never copied in and
-# copied out straight into the caller's memory).
+# read C only then, gemv y: with beta = 0, it is a pure output, never
+# copied in and copied out straight into the caller's memory). A vector
+# (gemv's x, y) is 1 row of len columns, its increment the "ld".
 
 class Op:
     def __init__(self, num, name, level, precs, fargs, flops, bufs=(),
@@ -132,12 +133,21 @@ OPS = [
         ("b", "M", "m", "n", "1", "1", "val")],
        cargs="layout side:e uplo:e transa:e diag:e m:i n:i alpha:s a:a lda:ld b:a ldb:ld",
        opts="LR|UL|NTC|NU"),
-    # ---- BLAS level 2 and 1: measured, never offloaded -----------------------
+    # ---- BLAS level 2: offloaded only with its matrix resident ---------------
+    # (docs/offload-residency.md, "The model, and level 2"). A vector is an
+    # operand of 1 row and len columns whose leading dimension is its
+    # increment (incx:inc fills ld of x): the copies move its elements
+    # alone, and the device copy keeps the increment. A negative or zero
+    # increment is no valid leading dimension: the CPU runs such calls.
     Op(20, "gemv", 2, "sdcz",
        "trans:c m:i n:i alpha:s a:a lda:ld x:a incx:inc beta:s y:a incy:inc",
        "2.0*m*n",
+       [("a", "M", "m", "n", "1", "0", "val"),
+        ("x", "M", "1", "o0=='N'?n:m", "1", "0", "val"),
+        ("y", "M", "1", "o0=='N'?m:n", "beta_nz", "1", "val")],
        cargs="layout trans:e m:i n:i alpha:s a:a lda:ld x:a incx:inc beta:s y:a incy:inc",
-       measure=True),
+       opts="NTC"),
+    # ---- BLAS level 1: measured, never offloaded -----------------------------
     Op(21, "axpy", 1, "sdcz", "n:i alpha:s x:a incx:inc y:a incy:inc", "2.0*n",
        cargs="n:i alpha:s x:a incx:inc y:a incy:inc", measure=True),
     Op(22, "scal", 1, "sdcz", "n:i alpha:s x:a incx:inc", "1.0*n",

@@ -6,9 +6,10 @@ inside its process after a warm-up (reswork.py); the three contenders'
 check values must agree (relative 1e-6), else the row fails whatever the
 speed. Targets (issue 31, item 5): matvec >= 10x the CPU and >= 5x
 residency off; cg >= 5x the CPU; ridge and pca >= 2x residency off.
-Matrix-vector products are level-2 calls: they reach the GPU only once
-level 2 is offloaded (docs/offload-residency.md); until then their rows
-show it (ratios near 1, `measured` in the reasons)."""
+Matrix-vector products (matvec, cg: numpy's `A @ x`, cblas_dgemv) reach
+the GPU once A is resident and the profile has gemv curves
+(docs/offload-residency.md, "The model, and level 2"); without those
+curves their rows show it (ratios near 1, `model-cpu` in the reasons)."""
 import json
 import os
 

@@ -6,7 +6,8 @@
  * libgpumutex.so exports itself and so never references), and the
  * pthread functions that moved into libc.so.6 with glibc 2.34 under a new
  * default version (pthread_once, the thread-specific keys, pthread_create,
- * pthread_join, pthread_sigmask, pthread_attr_setstacksize); their old
+ * pthread_join, pthread_sigmask, pthread_attr_setstacksize,
+ * pthread_mutex_trylock); their old
  * versions remain as aliases there and live in libpthread.so.0 before.
  * src/offload/module.mk force-includes this into every object of the
  * library (-include), so that no file of either half can forget it.
@@ -29,6 +30,7 @@ __asm__(".symver pthread_create,pthread_create@GLIBC_2.2.5");
 __asm__(".symver pthread_join,pthread_join@GLIBC_2.2.5");
 __asm__(".symver pthread_sigmask,pthread_sigmask@GLIBC_2.2.5");
 __asm__(".symver pthread_attr_setstacksize,pthread_attr_setstacksize@GLIBC_2.2.5");
+__asm__(".symver pthread_mutex_trylock,pthread_mutex_trylock@GLIBC_2.2.5");
 #elif defined(__aarch64__)
 __asm__(".symver dlopen,dlopen@GLIBC_2.17");
 __asm__(".symver dlclose,dlclose@GLIBC_2.17");
@@ -44,6 +46,7 @@ __asm__(".symver pthread_create,pthread_create@GLIBC_2.17");
 __asm__(".symver pthread_join,pthread_join@GLIBC_2.17");
 __asm__(".symver pthread_sigmask,pthread_sigmask@GLIBC_2.17");
 __asm__(".symver pthread_attr_setstacksize,pthread_attr_setstacksize@GLIBC_2.17");
+__asm__(".symver pthread_mutex_trylock,pthread_mutex_trylock@GLIBC_2.17");
 #endif
 
 #endif

@@ -246,6 +246,15 @@ static void gpo__rowmajor(struct gpo_fn *fn, struct gpo_args *a)
 		a->opt[0] = gpo__flip(a->opt[0], 'U', 'L');
 		a->opt[1] = gpo__flip(a->opt[1], 'N', 'C');
 		break;
+	case GPO_OP_GEMV:       /* y = A_cm^T x for N, A_cm x for T */
+		v = a->m; a->m = a->n; a->n = v;
+		/* conj(A_cm) x has no column-major form: a complex 'C'
+		 * becomes no option (gpo__valid declines it to the CPU);
+		 * a real 'C' is 'T'. */
+		a->opt[0] = a->opt[0] == 'N' ? 'T' :
+			    a->opt[0] == 'T' || (a->opt[0] == 'C' &&
+			    (a->prec == 's' || a->prec == 'd')) ? 'N' : 0;
+		break;
 	case GPO_OP_HER2K:      /* the same, and conj(alpha) */
 		a->opt[0] = gpo__flip(a->opt[0], 'U', 'L');
 		a->opt[1] = gpo__flip(a->opt[1], 'N', 'C');
@@ -371,6 +380,19 @@ void gpo_run(struct gpo_fn *fn, struct gpo_ctx *x)
 	    !gpo__valid(od, x))
 		return gpo__cpu(x, GPO_R_UNSUPPORTED);
 	x->t0 = 1;      /* timed from here on */
+	/* Residency in the model (docs/offload-residency.md, "The model,
+	 * and level 2"): inputs the GPU holds are not copied, so the call
+	 * is priced without them. A level-2 call's work is the size of its
+	 * matrix: with the matrix copied in, it cannot win; one whose
+	 * matrix the table does not know stays on the CPU, whatever the
+	 * policy would say. */
+	{
+		double kept = 0;
+		int matrix = gpo_gpu_resident(x, od->level == 2, &kept);
+		if (od->level == 2 && !matrix)
+			return gpo__cpu(x, GPO_R_MODEL_CPU);
+		x->c.bytes_in = x->c.bytes_in > kept ? x->c.bytes_in - kept : 0;
+	}
 	if (gpo_policy_decide(&x->c, &x->d) != GPO_GPU)
 		return gpo__cpu(x, x->d.reason);
 	rc = gpo_gpu_call(fn, x, gpo_verify_mode);

@@ -196,6 +196,11 @@ void *gpo_resolve(struct gpo_fn *fn, const void *site) GPO_HIDDEN;
  * call, so that its error conventions hold exactly). */
 int gpo_gpu_call(struct gpo_fn *fn, struct gpo_ctx *x, int stage_only) GPO_HIDDEN;
 void gpo_stage_free(struct gpo_ctx *x) GPO_HIDDEN;
+/* gpu.c: the bytes of x's inputs whose device copies are kept (the model
+ * leaves them out of its copies in), and, level2, whether the table knows
+ * its matrix (resid.h, gpo_res_decide; a sighting when not). 0 and no
+ * bytes when residency is off, or another thread's GPU call is running. */
+int gpo_gpu_resident(struct gpo_ctx *x, int level2, double *bytes) GPO_HIDDEN;
 /* front.c: on (1) / off (0) around calls into the backend that the policy
  * makes under its lock: wrappers this thread enters meanwhile pass
  * straight through, unobserved. Nests. */

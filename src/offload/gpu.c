@@ -248,6 +248,24 @@ int gpo_gpu_memory(uint64_t *free_bytes, uint64_t *total_bytes)
 	return rc;
 }
 
+int gpo_gpu_resident(struct gpo_ctx *x, int level2, double *bytes)
+{
+	struct gpo_res_call rxs;
+	int e = errno, known = 0;
+
+	*bytes = 0;
+	/* Never waits for another thread's GPU call (the lock is held over
+	 * a whole call): busy, the call is decided as if nothing were
+	 * resident (a level-2 call then stays on the CPU). */
+	if (pthread_mutex_trylock(&gpo__lock) != 0)
+		return 0;
+	if (!gpo__forked)
+		known = gpo_res_decide(gpo__be, x, level2, &rxs, bytes);
+	pthread_mutex_unlock(&gpo__lock);
+	errno = e;
+	return known;
+}
+
 /* ---- One call ---------------------------------------------------------------- */
 
 void gpo_stage_free(struct gpo_ctx *x)

@@ -73,7 +73,7 @@ enum gpo_reason {
 	GPO_R_FAIL_COPY,        /* the backend failed: a copy */
 	GPO_R_FAIL_KERNEL,      /* the backend failed: the computation */
 	GPO_R_VERIFY,           /* verify mode: ran on both */
-	GPO_R_MEASURED,         /* measured only (gemv, level 1): never offloaded */
+	GPO_R_MEASURED,         /* measured only (level 1): never offloaded */
 	GPO_R_COPY_ENGINE,      /* a strided ?copy done by the CPU copy engine */
 	GPO_R_PAUSED,           /* the offloader was paused (gpu_offload_pause) */
 	GPO_R_NO_PROFILE,       /* no machine profile: nothing to decide by */

@@ -32,6 +32,33 @@ struct gpo_res_call *gpo_res_begin(struct gpo_ctx *x, struct gpo_res_call *rx)
 	return rx;
 }
 
+int gpo_res_decide(const struct gpo_backend *be, struct gpo_ctx *x,
+		   int level2, struct gpo_res_call *rx, double *bytes)
+{
+	int matrix = 0;
+
+	*bytes = 0;
+	if (!gpo_res_begin(x, rx))
+		return 0;
+	for (int i = 0; i < x->s.nbuf; i++) {
+		int held;
+		if (!rx->key[i].host || !x->s.b[i].in)
+			continue;
+		held = gpo_res_held(&rx->key[i]);
+		if (level2 && i == 0) {
+			matrix = held || gpo_res_known(&rx->key[i]);
+			/* Not known: this call stays on the CPU, a sighting
+			 * (the next one may then arm and keep it). */
+			if (!matrix)
+				(void)gpo_res_wanted(be, &rx->key[i], 1);
+			held = matrix;
+		}
+		if (held)
+			*bytes += (double)x->c.buf[i].bytes;
+	}
+	return matrix;
+}
+
 /* Whether an operand of the call is kept or was seen before: then the
  * frontend's own flow runs it (the backend's pipelined run_host neither
  * takes nor keeps device copies). */

@@ -167,6 +167,16 @@ int gpo_res_known(const struct gpo_res_key *k)
 	return r && (r->dev || !r->skip);
 }
 
+int gpo_res_held(const struct gpo_res_key *k)
+{
+	const struct gpo__res *r;
+
+	if (k->width * k->cols < gpo__res_min)
+		return 0;
+	r = gpo__find(k);
+	return r && r->dev;
+}
+
 int gpo_res_wanted(const struct gpo_backend *be, const struct gpo_res_key *k,
 		   int input)
 {

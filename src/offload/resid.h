@@ -64,6 +64,10 @@ int gpo_res_wanted(const struct gpo_backend *be, const struct gpo_res_key *k,
  * change to the table. */
 int gpo_res_known(const struct gpo_res_key *k);
 
+/* Whether k has a kept device copy (not checked against the host memory
+ * yet: gpo_res_take does that). No change to the table. */
+int gpo_res_held(const struct gpo_res_key *k);
+
 /* Write-protect k's pages before they are copied in (or after results
  * were written into them): drops the entries overlapping them. 0 when
  * armed; else a tracker reason (then k must not be kept). */
@@ -101,6 +105,16 @@ struct gpo_res_call {
 	uint64_t bytes[GPO_MAX_BUFS];
 	uint8_t hit[GPO_MAX_BUFS], want[GPO_MAX_BUFS], armed[GPO_MAX_BUFS];
 };
+
+/* Residency's part in the decision of call x (rescall.c; the model,
+ * docs/offload-residency.md): the bytes of its inputs the GPU already
+ * holds, which the model then leaves out of its copies in. level2: x is
+ * a level-2 call, whose matrix (operand 0) counts when the table knows it
+ * (kept, or seen and not backing off: its one copy in is then invested
+ * in the calls that follow); returns whether it does, and remembers it
+ * as seen when not (that call stays on the CPU). rx: scratch. */
+int gpo_res_decide(const struct gpo_backend *be, struct gpo_ctx *x,
+		   int level2, struct gpo_res_call *rx, double *bytes);
 
 /* rx filled for call x (its resident flags cleared), or NULL when
  * residency is off. */

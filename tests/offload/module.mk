@@ -8,7 +8,7 @@ OFL_TESTS := $(OFL_T)/opcheck $(OFL_T)/libbadabi.so $(OFL_T)/forkcheck \
              $(OFL_T)/forkrace $(OFL_T)/countcheck \
              $(OFL_T)/libdlcount.so $(OFL_T)/pausecheck \
              $(OFL_T)/liblockcount.so $(OFL_T)/lockcheck \
-             $(OFL_T)/residcheck
+             $(OFL_T)/residcheck $(OFL_T)/gemvcheck
 
 $(OFL_T)/opcheck: $(OFL_TSRC)/opcheck.c $(OFL_TSRC)/opcheck_lapack.c $(OFL_TSRC)/opcheck.h
 	@mkdir -p $(@D)
@@ -26,6 +26,11 @@ $(OFL_T)/threadcheck: $(OFL_TSRC)/threadcheck.c
 $(OFL_T)/residcheck: $(OFL_TSRC)/residcheck.c
 	@mkdir -p $(@D)
 	$(OFL_TCC) -pthread -o $@ $< -Wl,--no-as-needed -l:libblas.so.3 -ldl -lm
+
+# gemvcheck: gemv under residency (test_offload_gemv.py).
+$(OFL_T)/gemvcheck: $(OFL_TSRC)/gemvcheck.c
+	@mkdir -p $(@D)
+	$(OFL_TCC) -o $@ $< -Wl,--no-as-needed -l:libblas.so.3 -ldl -lm
 
 $(OFL_T)/forkrace: $(OFL_TSRC)/forkrace.c
 	@mkdir -p $(@D)

@@ -1,7 +1,9 @@
 /*
  * blas3.c - run() for BLAS level 3 on cuBLAS: gemm, symm, hemm, syrk,
  * herk, syr2k, her2k, trmm, trsm in s, d, c, z (and geam, for the
- * transposes of lapack.c).
+ * transposes of lapack.c), and the one level-2 operation, gemv (its x
+ * and y are operands of one row whose ld is the increment: positive, as
+ * the frontend sends only those; the device copies keep it).
  *
  * Entry points: cuBLAS 12 and later have 64-bit ones (cublasDgemm_v2_64);
  * they are used when present, else the 32-bit ones when every dimension
@@ -107,7 +109,7 @@ int gpc_run_blas(struct gpo_kernel *k)
 {
 	static void *c_gemm[4][2], *c_symm[4][2], *c_hemm[4][2], *c_syrk[4][2],
 		*c_herk[4][2], *c_syr2k[4][2], *c_her2k[4][2], *c_trmm[4][2],
-		*c_trsm[4][2];
+		*c_trsm[4][2], *c_gemv[4][2];
 	const int64_t dims[] = { k->m, k->n, k->k, k->ld[0], k->ld[1], k->ld[2] };
 	int fits = gpc__fits(dims, 6), is64 = 0, rc;
 	union gpc__scal al, be;
@@ -131,6 +133,14 @@ int gpc_run_blas(struct gpo_kernel *k)
 		return gpc__res(CALL(gpc_gemm32, gpc_gemm64, h, gpc_op(o[0], p),
 				     gpc_op(o[1], p), k->m, k->n, k->k, &al, D(0), l0,
 				     D(1), l1, &be, W(2), l2));
+	case GPO_OP_GEMV:       /* m, n: A's rows and columns, as BLAS's */
+		if (k->ld[1] < 1 || k->ld[2] < 1)
+			return GPO_BE_UNSUPPORTED;
+		if ((rc = gpc__fn(c_gemv, "gemv", 1, p, fits, &f, &is64)) != 0)
+			return rc;
+		return gpc__res(CALL(gpc_gemv32, gpc_gemv64, h, gpc_op(o[0], p),
+				     k->m, k->n, &al, D(0), l0, D(1), k->ld[1],
+				     &be, W(2), k->ld[2]));
 	case GPO_OP_SYMM:
 	case GPO_OP_HEMM:
 		if ((rc = gpc__fn(k->op == GPO_OP_SYMM ? c_symm : c_hemm,

@@ -91,6 +91,9 @@ typedef int (*gpc_trmm##X)(gpc_cublas, int, int, int, int, I, I,              \
 			   void *, I);                                        \
 typedef int (*gpc_trsm##X)(gpc_cublas, int, int, int, int, I, I,              \
 			   const void *, const void *, I, void *, I);         \
+typedef int (*gpc_gemv##X)(gpc_cublas, int, I, I, const void *,              \
+			   const void *, I, const void *, I, const void *,    \
+			   void *, I);                                        \
 typedef int (*gpc_geam##X)(gpc_cublas, int, int, I, I, const void *,          \
 			   const void *, I, const void *, const void *, I,    \
 			   void *, I);

@@ -18,13 +18,8 @@
 #include "xfer_int.h"
 #include "xpool.h"
 
-/* pthread_mutex_trylock moved into libc.so.6 with glibc 2.34 under a new
- * default version; bind the old one (tools/gate.sh's 2.17 floor). */
-#if defined(__x86_64__)
-__asm__(".symver pthread_mutex_trylock,pthread_mutex_trylock@GLIBC_2.2.5");
-#elif defined(__aarch64__)
-__asm__(".symver pthread_mutex_trylock,pthread_mutex_trylock@GLIBC_2.17");
-#endif
+/* pthread_mutex_trylock: bound to its old version by src/offload/compat.h
+ * (force-included; tools/gate.sh's 2.17 floor). */
 
 static void gpc__free_block(struct gpc_xblock *b)
 {

@@ -1,7 +1,7 @@
 /*
- * kernels.c - reference implementations of the BLAS level-3 operations for
- * the CPU test backend (the LAPACK ones are in lapack.c, the operand
- * accessors in testbe.h): plain loops in double complex, written from the
+ * kernels.c - reference implementations of the BLAS level-3 operations and
+ * gemv for the CPU test backend (the LAPACK ones are in lapack.c, the
+ * operand accessors in testbe.h): plain loops in double complex, written from the
  * BLAS definitions, so that one implementation serves s, d, c and z. They
  * are slow and exact enough: results agree with the CPU library to
  * rounding, which is what the tests compare with tolerances.
@@ -27,6 +27,26 @@ static int k_gemm(struct gpo_kernel *k)
 	return 0;
 }
 
+/* y = alpha op(A) x + beta y. x and y are operands of one row whose ld is
+ * the increment (tools/offload_ops.py), positive: the frontend runs
+ * other increments on the CPU. alpha = 0 reads neither A nor x and
+ * beta = 0 does not read y, as BLAS defines them. */
+static int k_gemv(struct gpo_kernel *k)
+{
+	struct mat a = M(k, 0, 'M'), x = M(k, 1, 'M'), y = M(k, 2, 'M');
+	Z al = k->alpha[0] + I * k->alpha[1], be = k->beta[0] + I * k->beta[1];
+	char t = k->opt[0];
+	int64_t leny = t == 'N' ? k->m : k->n, lenx = t == 'N' ? k->n : k->m;
+
+	for (int64_t i = 0; i < leny; i++) {
+		Z s = 0;
+		if (al != 0)
+			for (int64_t l = 0; l < lenx; l++)
+				s += opget(&a, t, i, l) * get(&x, 0, l);
+		set(&y, 0, i, axpby(al, s, be, be == 0 ? 0 : get(&y, 0, i)));
+	}
+	return 0;
+}
 
 static int k_symm(struct gpo_kernel *k, int herm)
 {
@@ -185,6 +205,7 @@ int tb_kernel(struct gpo_kernel *k)
 	k->info = 0;
 	switch (k->op) {
 	case GPO_OP_GEMM: return k_gemm(k);
+	case GPO_OP_GEMV: return k_gemv(k);
 	case GPO_OP_SYMM: return k_symm(k, 0);
 	case GPO_OP_HEMM: return k_symm(k, 1);
 	case GPO_OP_SYRK: return k_syrk(k, 0, 0);

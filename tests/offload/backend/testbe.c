@@ -313,7 +313,7 @@ static int tb_result(int op)
 {
 	switch (op) {
 	case GPO_OP_GEMM: case GPO_OP_SYMM: case GPO_OP_HEMM:
-	case GPO_OP_SYR2K: case GPO_OP_HER2K: case GPO_OP_GESV:
+	case GPO_OP_GEMV: case GPO_OP_SYR2K: case GPO_OP_HER2K: case GPO_OP_GESV:
 	case GPO_OP_GETRS: return 2;
 	case GPO_OP_SYRK: case GPO_OP_HERK: case GPO_OP_TRMM: case GPO_OP_TRSM:
 	case GPO_OP_POTRS: case GPO_OP_POSV: case GPO_OP_SYEV:
