@@ -22,6 +22,7 @@
 
 #include "frontend.h"
 #include "lease.h"
+#include "resid.h"
 #include "pcopy/pcopy.h"
 #include "profile.h"
 
@@ -388,7 +389,13 @@ void gpo_run(struct gpo_fn *fn, struct gpo_ctx *x)
 	 * policy would say. */
 	{
 		double kept = 0;
-		int matrix = gpo_gpu_resident(x, od->level == 2, &kept);
+		/* A level-3 call asks the table (under the GPU's lock, by
+		 * trylock) only once a copy was ever kept: before that its
+		 * answer is "nothing" and the CPU path takes no shared lock
+		 * (tests/offload/test_offload_locks.py). A level-2 call asks
+		 * always: it records the matrix as seen. */
+		int matrix = od->level == 2 || gpo_res_ever_kept() ?
+			     gpo_gpu_resident(x, od->level == 2, &kept) : 0;
 		if (od->level == 2 && !matrix)
 			return gpo__cpu(x, GPO_R_MODEL_CPU);
 		x->c.bytes_in = x->c.bytes_in > kept ? x->c.bytes_in - kept : 0;

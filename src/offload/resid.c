@@ -272,8 +272,13 @@ int gpo_res_keep(const struct gpo_backend *be, const struct gpo_res_key *k,
 	r->bytes = bytes;
 	r->last = ++gpo__res_clock;
 	gpo__res_bytes += bytes;
-	gpo__res_kept++;
+	__atomic_add_fetch(&gpo__res_kept, 1, __ATOMIC_RELAXED);
 	return 1;
+}
+
+int gpo_res_ever_kept(void)
+{
+	return __atomic_load_n(&gpo__res_kept, __ATOMIC_RELAXED) != 0;
 }
 
 int gpo_res_evict(const struct gpo_backend *be, uint64_t need)

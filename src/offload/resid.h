@@ -92,6 +92,11 @@ void gpo_res_drop_all(const struct gpo_backend *be);
  * bytes fit on the device (an allocation failed); 1 if any went. */
 int gpo_res_evict(const struct gpo_backend *be, uint64_t need);
 
+/* Whether a device copy was ever kept in this process: without the lock
+ * (one relaxed load), so that a call that stays on the CPU asks the table,
+ * which the lock guards, only once something can be in it. */
+int gpo_res_ever_kept(void);
+
 /* Totals for the summary: copies avoided and their bytes, buffers kept. */
 void gpo_res_totals(uint64_t *hits, uint64_t *saved, uint64_t *kept);
 
