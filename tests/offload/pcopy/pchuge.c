@@ -107,6 +107,22 @@ static double *map(void *at)
 	return p == MAP_FAILED ? NULL : p;
 }
 
+/* map(NULL) between two inaccessible regions, 2 MiB-aligned as the kernel
+ * places a large mapping: no neighbour of the same kind can merge with
+ * the destination, then or when it is mapped again at the same address
+ * ("reuse"), wherever the program's other mappings lie (a merged
+ * mapping is the "merged" kinds' case). */
+static double *map_alone(void)
+{
+	size_t hp = (size_t)2 << 20;
+	char *r = mmap(NULL, DST_BYTES + 2 * hp, PROT_NONE,
+		       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+
+	if (r == MAP_FAILED)
+		return NULL;
+	return map((void *)(((uintptr_t)r + hp) & ~(uintptr_t)(hp - 1)));
+}
+
 /* gpo_pcopy_anon_vma at p + off, p's mapping [p, p + len) (len 0:
  * bounds not checked). */
 static void vma(const char *what, void *p, size_t off, size_t len)
@@ -289,7 +305,7 @@ int main(int argc, char **argv)
 	}
 	if (!strncmp(kind, "merged", 6))
 		return merged(kind);
-	if (!(src = source()) || !(dst = map(NULL)))
+	if (!(src = source()) || !(dst = map_alone()))
 		return 2;
 	if (!strcmp(kind, "touched"))
 		memset(dst, 0x5a, DST_BYTES);
