@@ -75,6 +75,11 @@ extern int gpo_pcopy_cpus;
  * configuration if it was not yet read; for tests and the benchmark. */
 int gpo_pcopy_threads(void);
 
+/* vma.c: the hex digits at *p (advanced past them, up to `end`) into *v,
+ * as /proc/self/maps writes addresses and device numbers; 0 when there
+ * were any and the value fits, else -1. */
+int gpo_maps_hex(const char **p, const char *end, uintptr_t *v);
+
 /* vma.c: 0 when addr lies in a private anonymous mapping (no file, not
  * shared, readable and writable), with that mapping's [*lo, *hi) and
  * *heap 1 when it is the heap ("[heap]"); -1 when not, or when

@@ -15,8 +15,7 @@
 
 #include "pcopy.h"
 
-/* Hex digits at *p (advanced past them) into *v; 0 when there were any. */
-static int gpo__hex(const char **p, const char *end, uintptr_t *v)
+int gpo_maps_hex(const char **p, const char *end, uintptr_t *v)
 {
 	const char *s = *p;
 	uintptr_t x = 0;
@@ -50,8 +49,8 @@ static int gpo__line(const char *s, const char *end, uintptr_t addr,
 	const char *perms;
 	size_t len;
 
-	if (gpo__hex(&s, end, &a) || s >= end || *s++ != '-' ||
-	    gpo__hex(&s, end, &b) || s >= end || *s++ != ' ')
+	if (gpo_maps_hex(&s, end, &a) || s >= end || *s++ != '-' ||
+	    gpo_maps_hex(&s, end, &b) || s >= end || *s++ != ' ')
 		return -1;
 	if (addr < a || addr >= b)
 		return 0;
@@ -59,7 +58,7 @@ static int gpo__line(const char *s, const char *end, uintptr_t addr,
 	if (end - s < 5 || perms[4] != ' ')
 		return -1;
 	s += 5;
-	if (gpo__hex(&s, end, &off) || s >= end || *s++ != ' ')
+	if (gpo_maps_hex(&s, end, &off) || s >= end || *s++ != ' ')
 		return -1;
 	/* dev "maj:min" */
 	while (s < end && *s != ' ')

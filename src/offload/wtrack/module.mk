@@ -21,12 +21,15 @@ WTRACK_HDR := src/offload/wtrack/wtrack.h
 WTRACK_OBJ := $(patsubst src/%.c,$(B)/obj/%.o,$(WTRACK_SRC))
 OFL_OBJ    += $(WTRACK_OBJ)
 $(OFL_UNGATED): $(WTRACK_OBJ)
-$(WTRACK_OBJ): $(WTRACK_HDR)
+$(WTRACK_OBJ): $(WTRACK_HDR) src/offload/pcopy/pcopy.h
 
-$(B)/tests/offload/wtprobe: bench/offload/wtrack_probe.c $(WTRACK_SRC) $(WTRACK_HDR)
+# (vma.c: the /proc/self/maps parsing the tracker shares with the copy
+# engine.)
+$(B)/tests/offload/wtprobe: bench/offload/wtrack_probe.c $(WTRACK_SRC) $(WTRACK_HDR) \
+                            src/offload/pcopy/vma.c src/offload/pcopy/pcopy.h
 	@mkdir -p $(@D)
 	$(CC) $(WARN) $(CFLAGS) -pthread -Isrc/offload -o $@ \
-	    bench/offload/wtrack_probe.c $(WTRACK_SRC)
+	    bench/offload/wtrack_probe.c $(WTRACK_SRC) src/offload/pcopy/vma.c
 all: $(B)/tests/offload/wtprobe
 
 .PHONY: bench-wtrack lint-wtrack

@@ -38,6 +38,7 @@
 #include <unistd.h>
 #include <linux/userfaultfd.h>
 
+#include "pcopy/pcopy.h"
 #include "wtrack.h"
 
 /* Linux 6.7's interfaces, for headers older than they are. */
@@ -200,29 +201,6 @@ int gpo_wt_available(void)
 	return r;
 }
 
-/* Hex at *p into *v, advancing *p; -1 when none. */
-static int gpo__wt_hex(const char **p, const char *end, uintptr_t *v)
-{
-	const char *s = *p;
-	uintptr_t x = 0;
-
-	for (; s < end; s++) {
-		unsigned d;
-		if (*s >= '0' && *s <= '9')
-			d = (unsigned)(*s - '0');
-		else if (*s >= 'a' && *s <= 'f')
-			d = (unsigned)(*s - 'a' + 10);
-		else
-			break;
-		x = (x << 4) | d;
-	}
-	if (s == *p)
-		return -1;
-	*p = s;
-	*v = x;
-	return 0;
-}
-
 /* One line of /proc/self/maps against [lo, hi): registers it when it
  * overlaps (then *next is its end). 0, or a reason. */
 static int gpo__wt_line(const char *s, const char *end, uintptr_t lo,
@@ -232,8 +210,8 @@ static int gpo__wt_line(const char *s, const char *end, uintptr_t lo,
 	struct uffdio_register reg;
 	const char *perms;
 
-	if (gpo__wt_hex(&s, end, &a) || s >= end || *s++ != '-' ||
-	    gpo__wt_hex(&s, end, &b) || s >= end || *s++ != ' ')
+	if (gpo_maps_hex(&s, end, &a) || s >= end || *s++ != '-' ||
+	    gpo_maps_hex(&s, end, &b) || s >= end || *s++ != ' ')
 		return GPO_WT_R_ERROR;
 	if (b <= lo || a >= hi)
 		return 0;
@@ -243,9 +221,9 @@ static int gpo__wt_line(const char *s, const char *end, uintptr_t lo,
 	if (end - s < 5 || perms[4] != ' ')
 		return GPO_WT_R_ERROR;
 	s += 5;
-	if (gpo__wt_hex(&s, end, &off) || s >= end || *s++ != ' ' ||
-	    gpo__wt_hex(&s, end, &maj) || s >= end || *s++ != ':' ||
-	    gpo__wt_hex(&s, end, &min) || s >= end || *s++ != ' ')
+	if (gpo_maps_hex(&s, end, &off) || s >= end || *s++ != ' ' ||
+	    gpo_maps_hex(&s, end, &maj) || s >= end || *s++ != ':' ||
+	    gpo_maps_hex(&s, end, &min) || s >= end || *s++ != ' ')
 		return GPO_WT_R_ERROR;
 	inode = 0;
 	while (s < end && *s >= '0' && *s <= '9')
