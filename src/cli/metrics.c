@@ -48,6 +48,22 @@ static void head(FILE *f, const char *name, const char *type, const char *help)
 
 static double secs(int64_t ns) { return ns > 0 ? (double)ns / 1e9 : 0.0; }
 
+/* A counter without labels: its HELP, TYPE and one sample. */
+static void count_total(FILE *f, const char *name, const char *help,
+			uint64_t v)
+{
+	head(f, name, "counter", help);
+	fprintf(f, "%s %" PRIu64 "\n", name, v);
+}
+
+/* The same, of seconds from nanoseconds (three decimals). */
+static void secs_total(FILE *f, const char *name, const char *help,
+		       int64_t ns)
+{
+	head(f, name, "counter", help);
+	fprintf(f, "%s %.3f\n", name, secs(ns));
+}
+
 static const struct gm_nvml_dev *nvml_dev(const struct gm_nvml *nv, int index)
 {
 	for (int i = 0; nv && nv->available && i < nv->ndev; i++)
@@ -203,21 +219,16 @@ static void gpu_time(FILE *f, const struct gm_log *L)
 		copy += e->copy;
 	}
 	free(ix);
-	head(f, "gpumutex_gpu_time_processes_total", "counter",
-	     "Processes whose GPU time was measured in a lease (GPUMUTEX_GPU_TIME=1; event log).");
-	fprintf(f, "gpumutex_gpu_time_processes_total %" PRIu64 "\n", procs);
-	head(f, "gpumutex_gpu_time_held_seconds_total", "counter",
-	     "GPU-seconds those processes held their leases' GPUs while measured (event log).");
-	fprintf(f, "gpumutex_gpu_time_held_seconds_total %.3f\n", secs(held));
-	head(f, "gpumutex_gpu_time_busy_seconds_total", "counter",
-	     "GPU-seconds in which their GPUs ran a kernel or a memory copy of theirs (event log).");
-	fprintf(f, "gpumutex_gpu_time_busy_seconds_total %.3f\n", secs(busy));
-	head(f, "gpumutex_gpu_time_kernel_seconds_total", "counter",
-	     "Seconds of their kernels, summed (concurrent kernels each count; event log).");
-	fprintf(f, "gpumutex_gpu_time_kernel_seconds_total %.3f\n", secs(kernel));
-	head(f, "gpumutex_gpu_time_copy_seconds_total", "counter",
-	     "Seconds of their memory copies, summed (event log).");
-	fprintf(f, "gpumutex_gpu_time_copy_seconds_total %.3f\n", secs(copy));
+	count_total(f, "gpumutex_gpu_time_processes_total",
+		    "Processes whose GPU time was measured in a lease (GPUMUTEX_GPU_TIME=1; event log).", procs);
+	secs_total(f, "gpumutex_gpu_time_held_seconds_total",
+		   "GPU-seconds those processes held their leases' GPUs while measured (event log).", held);
+	secs_total(f, "gpumutex_gpu_time_busy_seconds_total",
+		   "GPU-seconds in which their GPUs ran a kernel or a memory copy of theirs (event log).", busy);
+	secs_total(f, "gpumutex_gpu_time_kernel_seconds_total",
+		   "Seconds of their kernels, summed (concurrent kernels each count; event log).", kernel);
+	secs_total(f, "gpumutex_gpu_time_copy_seconds_total",
+		   "Seconds of their memory copies, summed (event log).", copy);
 }
 
 static void counters(FILE *f, const struct gm_log *L)
@@ -255,24 +266,18 @@ static void counters(FILE *f, const struct gm_log *L)
 	for (int d = 0; d < GM_MAX_DEVICES; d++)
 		if (grants[d])
 			fprintf(f, "gpumutex_handoffs_total{gpu=\"%d\"} %" PRIu64 "\n", d, handoffs[d]);
-	head(f, "gpumutex_waits_total", "counter",
-	     "Claims that waited in line or gave up, once ended (event log).");
-	fprintf(f, "gpumutex_waits_total %" PRIu64 "\n", waits);
-	head(f, "gpumutex_wait_seconds_total", "counter",
-	     "Seconds those claims waited, in all (event log).");
-	fprintf(f, "gpumutex_wait_seconds_total %.3f\n", secs(waited));
-	head(f, "gpumutex_timeouts_total", "counter",
-	     "Claims that gave up at GPUMUTEX_TIMEOUT (event log).");
-	fprintf(f, "gpumutex_timeouts_total %" PRIu64 "\n", timeouts);
-	head(f, "gpumutex_suspensions_total", "counter",
-	     "Processes suspended while idle so that a waiter got their GPUs (event log).");
-	fprintf(f, "gpumutex_suspensions_total %" PRIu64 "\n", susp);
-	head(f, "gpumutex_resumes_total", "counter",
-	     "Suspended processes resumed at their next GPU call (event log).");
-	fprintf(f, "gpumutex_resumes_total %" PRIu64 "\n", resumes);
-	head(f, "gpumutex_checkpoint_seconds_total", "counter",
-	     "Seconds those suspensions spent checkpointing (event log).");
-	fprintf(f, "gpumutex_checkpoint_seconds_total %.3f\n", secs(ckpt));
+	count_total(f, "gpumutex_waits_total",
+		    "Claims that waited in line or gave up, once ended (event log).", waits);
+	secs_total(f, "gpumutex_wait_seconds_total",
+		   "Seconds those claims waited, in all (event log).", waited);
+	count_total(f, "gpumutex_timeouts_total",
+		    "Claims that gave up at GPUMUTEX_TIMEOUT (event log).", timeouts);
+	count_total(f, "gpumutex_suspensions_total",
+		    "Processes suspended while idle so that a waiter got their GPUs (event log).", susp);
+	count_total(f, "gpumutex_resumes_total",
+		    "Suspended processes resumed at their next GPU call (event log).", resumes);
+	secs_total(f, "gpumutex_checkpoint_seconds_total",
+		   "Seconds those suspensions spent checkpointing (event log).", ckpt);
 	gpu_time(f, L);
 }
 
