@@ -236,44 +236,40 @@ static void publish(const char *state, int64_t idle_ms)
 	pthread_mutex_unlock(&pub_mu);
 }
 
-void gmp_susp_done(const struct gm_lease *l)
+/* An event-log record of this process's suspension or resume, as the
+ * lease core's records (docs/report.md): the lease in hex, its devices,
+ * the memory moved, then two durations (given in ms) in ns. */
+static void record(const char *event, const struct gm_lease *l,
+		   const char *k1, int64_t ms1, const char *k2, int64_t ms2)
 {
-	char *f = pb.f, *devs = pb.devs, *err = pb.err;
-
-	sp_susp_real = real_ns();
-	__atomic_store_n(&sp_susp_mono, gmp_mono_ms(), __ATOMIC_RELEASE);
-	sp_why = "-";
-	publish("suspended", sp_idle_ms);
 	pthread_mutex_lock(&pub_mu);
-	gm_format_list(devs, sizeof pb.devs, l->devices, l->ndevices);
-	/* As the lease core's records (docs/report.md): the lease in hex,
-	 * its devices, times in ns. */
-	snprintf(f, sizeof pb.f, "lease=%016llx dev=%s mem=%llu ckpt=%lld idle=%lld",
-		 (unsigned long long)l->lease_id, devs,
-		 (unsigned long long)sp_mem, (long long)sp_ckpt_ms * 1000000,
-		 (long long)sp_idle_ms * 1000000);
-	(void)gm_event_append_job(sp_dir, "suspend", sp_job, f, err,
+	gm_format_list(pb.devs, sizeof pb.devs, l->devices, l->ndevices);
+	snprintf(pb.f, sizeof pb.f, "lease=%016llx dev=%s mem=%llu %s=%lld %s=%lld",
+		 (unsigned long long)l->lease_id, pb.devs,
+		 (unsigned long long)sp_mem, k1, (long long)ms1 * 1000000, k2,
+		 (long long)ms2 * 1000000);
+	(void)gm_event_append_job(sp_dir, event, sp_job, pb.f, pb.err,
 				  sizeof pb.err);
 	pthread_mutex_unlock(&pub_mu);
 }
 
+void gmp_susp_done(const struct gm_lease *l)
+{
+	sp_susp_real = real_ns();
+	__atomic_store_n(&sp_susp_mono, gmp_mono_ms(), __ATOMIC_RELEASE);
+	sp_why = "-";
+	publish("suspended", sp_idle_ms);
+	record("suspend", l, "ckpt", sp_ckpt_ms, "idle", sp_idle_ms);
+}
+
 void gmp_susp_resumed(const struct gm_lease *l, int64_t waited_ms)
 {
-	char *f = pb.f, *devs = pb.devs, *err = pb.err;
 	int64_t susp = gmp_susp_suspended_ms();
 
 	__atomic_store_n(&sp_susp_mono, 0, __ATOMIC_RELEASE);
 	sp_susp_real = 0;
 	publish("active", 0);
-	pthread_mutex_lock(&pub_mu);
-	gm_format_list(devs, sizeof pb.devs, l->devices, l->ndevices);
-	snprintf(f, sizeof pb.f, "lease=%016llx dev=%s mem=%llu suspended=%lld waited=%lld",
-		 (unsigned long long)l->lease_id, devs,
-		 (unsigned long long)sp_mem, (long long)susp * 1000000,
-		 (long long)waited_ms * 1000000);
-	(void)gm_event_append_job(sp_dir, "resume", sp_job, f, err,
-				  sizeof pb.err);
-	pthread_mutex_unlock(&pub_mu);
+	record("resume", l, "suspended", susp, "waited", waited_ms);
 	sp_mem = 0;
 }
 
