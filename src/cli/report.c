@@ -18,7 +18,7 @@
 
 #define NS 1000000000LL
 
-static int64_t clip(int64_t a, int64_t b, int64_t lo, int64_t hi)
+int64_t gm_report_clip(int64_t a, int64_t b, int64_t lo, int64_t hi)
 {
 	if (a < lo)
 		a = lo;
@@ -193,7 +193,7 @@ static void idle_leases(struct gm_report *r)
 					continue;
 				if (prev) {
 					int64_t a = prev->t, b = e ? e->t : p->end;
-					int64_t len = clip(a, b, p->start, p->end);
+					int64_t len = gm_report_clip(a, b, p->start, p->end);
 					sampled += len;
 					busy += len * prev->gpu;
 					if (prev->gpu == 0)
@@ -234,7 +234,7 @@ void gm_report_build(struct gm_report *r)
 
 	for (int s = 0; s < L->nspans; s++) {
 		const struct gm_span *p = &L->spans[s];
-		int64_t held = clip(p->start, p->end, r->from, r->to);
+		int64_t held = gm_report_clip(p->start, p->end, r->from, r->to);
 		struct gm_rwho *u, *j;
 		if (!held && !(p->start >= r->from && p->start <= r->to))
 			continue;

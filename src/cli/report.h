@@ -64,6 +64,9 @@ struct gm_report {
 
 /* Compute every number of *r from r->log over [r->from, r->to]. */
 void gm_report_build(struct gm_report *r);
+
+/* How much of [a, b) lies in [lo, hi), ns (0 when none). */
+int64_t gm_report_clip(int64_t a, int64_t b, int64_t lo, int64_t hi);
 /* Who held the wait's GPUs while it waited: "user/job (cmd), ...". */
 void gm_report_holders(const struct gm_report *r, const struct gm_wait *x,
 		       char *out, size_t len);

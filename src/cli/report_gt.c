@@ -22,15 +22,6 @@
 #include "lease.h"
 #include "report.h"
 
-static int64_t clip(int64_t a, int64_t b, int64_t lo, int64_t hi)
-{
-	if (a < lo)
-		a = lo;
-	if (b > hi)
-		b = hi;
-	return b > a ? b - a : 0;
-}
-
 struct key {
 	uint64_t lease;
 	int span;
@@ -114,7 +105,7 @@ void gm_report_gt_build(struct gm_report *r)
 		g->frac = held > 0 ? (double)g->busy / (double)held : 0;
 		if (g->frac > 1)
 			g->frac = 1;
-		in = len > 0 ? clip(p->start, p->end, r->from, r->to) : 0;
+		in = len > 0 ? gm_report_clip(p->start, p->end, r->from, r->to) : 0;
 		g->held_in = in * (ndev ? ndev : 1);
 		g->busy_in = (int64_t)(g->held_in * g->frac);
 		u = gm_report_who(r, p->uid, NULL);

@@ -12,15 +12,6 @@
 #include "lease.h"
 #include "report.h"
 
-static int64_t clip(int64_t a, int64_t b, int64_t lo, int64_t hi)
-{
-	if (a < lo)
-		a = lo;
-	if (b > hi)
-		b = hi;
-	return b > a ? b - a : 0;
-}
-
 void gm_report_json(const struct gm_report *r)
 {
 	const struct gm_log *L = r->log;
@@ -93,7 +84,7 @@ void gm_report_json(const struct gm_report *r)
 	printf("],\"leases\":[");
 	for (int s = 0, k = 0; s < L->nspans; s++) {
 		const struct gm_span *p = &L->spans[s];
-		if (!clip(p->start, p->end, r->from, r->to) &&
+		if (!gm_report_clip(p->start, p->end, r->from, r->to) &&
 		    !(p->start >= r->from && p->start <= r->to))
 			continue;
 		gm_user_name(p->uid, user, sizeof user);

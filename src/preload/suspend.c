@@ -91,18 +91,6 @@ int gmp_susp_configure(unsigned file_ms, int enforce)
 
 /* ---- The driver's checkpoint API ------------------------------------------ */
 
-static void *ck_fn(const char *name)
-{
-	void *h = dlopen("libcuda.so.1", RTLD_NOLOAD | RTLD_LAZY), *p = NULL;
-
-	if (h) {
-		p = gmp_lookup(h, name, NULL);
-		dlclose(h);
-	}
-	dlerror();
-	return p;
-}
-
 struct ck_api {
 	ck_state_fn state;
 	ck_step_fn lock, ckpt, restore, unlock;
@@ -110,11 +98,11 @@ struct ck_api {
 
 static int ck_api(struct ck_api *a)
 {
-	a->state = (ck_state_fn)ck_fn("cuCheckpointProcessGetState");
-	a->lock = (ck_step_fn)ck_fn("cuCheckpointProcessLock");
-	a->ckpt = (ck_step_fn)ck_fn("cuCheckpointProcessCheckpoint");
-	a->restore = (ck_step_fn)ck_fn("cuCheckpointProcessRestore");
-	a->unlock = (ck_step_fn)ck_fn("cuCheckpointProcessUnlock");
+	a->state = (ck_state_fn)gmp_wrap_driver_fn("cuCheckpointProcessGetState");
+	a->lock = (ck_step_fn)gmp_wrap_driver_fn("cuCheckpointProcessLock");
+	a->ckpt = (ck_step_fn)gmp_wrap_driver_fn("cuCheckpointProcessCheckpoint");
+	a->restore = (ck_step_fn)gmp_wrap_driver_fn("cuCheckpointProcessRestore");
+	a->unlock = (ck_step_fn)gmp_wrap_driver_fn("cuCheckpointProcessUnlock");
 	return a->state && a->lock && a->ckpt && a->restore && a->unlock;
 }
 
