@@ -75,6 +75,10 @@ $(B)/prog/offload/profile.o $(B)/prog/offload/model.o: PROG_INC = -Isrc/lease -I
 # generated ops.h.
 $(B)/prog/offload/cli/cli_check.o: PROG_INC = -Isrc/lease -Isrc/offload -Isrc/offload/cli -I$(B)/offload/gen
 $(B)/prog/offload/cli/cli_check.o: $(B)/offload/gen/.stamp
+# calib-workload.c reads the residency minimum (resid.h, which includes the
+# backend ABI).
+$(B)/prog/offload/cli/calib-workload.o: PROG_INC = -Isrc/lease -Isrc/offload -Isrc/offload/cli -I$(B)/offload/gen
+$(B)/prog/offload/cli/calib-workload.o: $(B)/offload/gen/.stamp
 $(B)/gpu-offload: $(GPO_CLI_OBJ) $(B)/liblease.a $(PROG_COMPAT) tools/gate.sh
 	$(PROG_LINK)
 

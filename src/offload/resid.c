@@ -21,10 +21,6 @@
 #include "wtrack/wtrack.h"
 
 #define GPO_RES_SLOTS 64
-/* Operands smaller than this are never tracked: arming one (reading
- * /proc/self/maps, registering, write-protecting) costs about what
- * copying a few MB costs. GPU_OFFLOAD_RESIDENT_MIN=BYTES sets it. */
-#define GPO_RES_MIN_DEFAULT (4u << 20)
 #define GPO_RES_BACKOFF_MAX 4096u
 
 struct gpo__res {

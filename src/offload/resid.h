@@ -35,6 +35,13 @@
 #include "backend.h"
 #include "policy.h"     /* GPO_MAX_BUFS */
 
+/* Operands smaller than this are never tracked: arming one (reading
+ * /proc/self/maps, registering, write-protecting) costs about what
+ * copying a few MB costs. GPU_OFFLOAD_RESIDENT_MIN=BYTES sets it. (The
+ * calibration's workload skips the gemv sizes under it: their calls are
+ * never offloaded.) */
+#define GPO_RES_MIN_DEFAULT (4u << 20)
+
 struct gpo_res_key {
 	const void *host;
 	uint64_t pitch, width, cols;

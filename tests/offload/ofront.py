@@ -32,6 +32,26 @@ needs_lapack = pytest.mark.skipif(not (HAVE_LAPACK and HAVE_NUMPY),
 needs_fc = pytest.mark.skipif(not HAVE_FC, reason="needs gfortran")
 
 _built = False
+_tracking = None
+
+
+def tracking():
+    """Whether this kernel has what residency's write tracking needs
+    (asynchronous userfaultfd write-protection, Linux 6.7+): the probe
+    exits 77 when not."""
+    global _tracking
+    if _tracking is None:
+        probe = T / "wtprobe"
+        subprocess.run(["make", "-C", str(REPO), "-s",
+                        str(probe.relative_to(REPO))],
+                       check=True, stdout=subprocess.DEVNULL)
+        p = subprocess.run([str(probe), "--cases"], capture_output=True,
+                           text=True, timeout=120)
+        _tracking = p.returncode != 77
+    return _tracking
+
+
+NO_TRACKING = "no async userfaultfd write-protect (Linux 6.7+)"
 
 
 def build():

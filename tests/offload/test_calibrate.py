@@ -17,6 +17,7 @@ import pytest
 sys.path.insert(0, os.path.dirname(__file__))
 from conftest import BUILD, REPO  # noqa: E402
 from policylib import GPU_OFFLOAD, GUARD, have_lapack, needs_lapack  # noqa: E402
+import ofront as F  # noqa: E402
 
 TESTBE = os.path.join(BUILD, "libgpuoffload-test.so")
 CALIB_UNIT = os.path.join(BUILD, "tests", "offload", "calib-unit")
@@ -131,6 +132,63 @@ def test_every_operation_and_precision_is_measured(tmp_path):
                                 "sgesvd", "dgesvd"}
     for dev in ("cpu", "gpu"):
         assert {op for d, op in c if d == dev} == want, sorted(c)
+
+
+def journal(path):
+    return [l.split() for l in path.read_text().splitlines()] if path.exists() else []
+
+
+@needs_lapack
+@pytest.mark.skipif(not F.tracking(), reason=F.NO_TRACKING)
+def test_gemv_is_measured_with_its_matrix_resident(tmp_path):
+    """gemv's calls are offloaded only with their matrix resident, so the
+    workload measures it at the sizes whose matrix reaches the residency
+    minimum (here 32769 bytes: s and d 128, c 128, z 64 and 128; d, s and
+    c 64 are under it), in both passes; in the GPU pass every measured
+    call ran on the GPU, and each point's matrix went to the device once
+    (the test backend's journal: one copy of each matrix shape, before
+    the measured calls, whose copies are their vectors alone)."""
+    j = tmp_path / "be.journal"
+    e = clean_env(tmp_path, GPU_OFFLOAD_RESIDENT_MIN="32769",
+                  GPU_OFFLOAD_TEST_JOURNAL=str(j), GPO_CALIB_TEST_QUIET="1")
+    r, out = calibrate(tmp_path, SMALL + ["--reps", "3", "--ops",
+                                          "sgemv,dgemv,cgemv,zgemv",
+                                          "--cpu-library", "system"], e)
+    assert r.returncode == 0, r.stderr
+    c = curves(out.read_text())
+    # work 2 n^2, a complex one 4 times that
+    want = {"sgemv": [2 * 128 ** 2], "dgemv": [2 * 128 ** 2],
+            "cgemv": [8 * 128 ** 2], "zgemv": [8 * 64 ** 2, 8 * 128 ** 2]}
+    for dev in ("cpu", "gpu"):
+        for op, work in want.items():
+            assert c.get((dev, op)) == [pytest.approx(w) for w in work], (dev, op, c)
+    assert len(c) == 8, c
+    assert "GPU failed or declined: 0" in pass_line(r.stderr, "GPU"), r.stderr
+    ev = journal(j)
+    runs = [x for x in ev if x[0] == "run" and x[1] == "20"]
+    # 5 points, each a copy-in call and 3 measured calls
+    assert len(runs) == 5 * 4, runs
+    # "to_device WIDTH COLUMNS": a vector is one element wide (at most 16
+    # bytes); the matrices copied in are the first call's dgemm 64 (A and
+    # B: 512 bytes a column), then each gemv point's matrix once
+    mats = sorted((int(x[1]), int(x[2])) for x in ev
+                  if x[0] == "to_device" and int(x[1]) > 16)
+    assert mats == sorted([(512, 64), (512, 64), (512, 128), (1024, 128),
+                           (1024, 128), (1024, 64), (2048, 128)]), mats
+
+
+def test_gemv_is_not_measured_where_it_is_never_offloaded(tmp_path):
+    """Under the default residency minimum (4 MiB: size 128 is far
+    below) and with residency off, no gemv call can be offloaded: no gemv
+    point is measured, and nothing says the library lacks it."""
+    for extra in ({}, {"GPU_OFFLOAD_RESIDENT": "0",
+                       "GPU_OFFLOAD_RESIDENT_MIN": "0"}):
+        r, out = calibrate(tmp_path, SMALL + ["--ops", "dgemm,dgemv",
+                                              "--cpu-library", SBLAS],
+                           clean_env(tmp_path, **extra))
+        assert r.returncode == 0, r.stderr
+        assert {op for _, op in curves(out.read_text())} == {"dgemm"}, extra
+        assert "lacks" not in r.stderr, r.stderr
 
 
 @needs_lapack

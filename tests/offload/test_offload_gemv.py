@@ -19,19 +19,7 @@ PROG = F.T / "gemvcheck"
 GEMV = 20       # GPO_OP_GEMV
 
 
-def tracking():
-    probe = F.T / "wtprobe"
-    if not probe.exists():
-        subprocess.run(["make", "-C", str(F.REPO), "-s",
-                        str(probe.relative_to(F.REPO))],
-                       check=True, stdout=subprocess.DEVNULL)
-    p = subprocess.run([str(probe), "--cases"], capture_output=True,
-                       text=True, timeout=120)
-    return p.returncode != 77
-
-
-needs_tracking = pytest.mark.skipif(not tracking(),
-                                    reason="no async userfaultfd write-protect (Linux 6.7+)")
+needs_tracking = pytest.mark.skipif(not F.tracking(), reason=F.NO_TRACKING)
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -32,14 +32,7 @@ def _build():
                    check=True, stdout=subprocess.DEVNULL)
 
 
-def tracking():
-    p = subprocess.run([str(F.T / "wtprobe"), "--cases"],
-                       capture_output=True, text=True, timeout=120)
-    return p.returncode != 77
-
-
-needs_tracking = pytest.mark.skipif(not tracking(),
-                                    reason="no async userfaultfd write-protect (Linux 6.7+)")
+needs_tracking = pytest.mark.skipif(not F.tracking(), reason=F.NO_TRACKING)
 
 
 def run(tmp, case, **extra):
@@ -79,7 +72,7 @@ def test_verify_mode_covers_resident_operands(tmp_path, case):
     assert "mismatch" not in p.stderr and "differ" not in p.stderr, p.stderr
     p, off = run(tmp_path, case, GPU_OFFLOAD_VERIFY=1, GPU_OFFLOAD_RESIDENT=0)
     assert p.returncode == 0, p.stdout + p.stderr
-    if tracking():
+    if F.tracking():
         assert on < off, (on, off)
 
 

@@ -96,6 +96,9 @@ int calib_load(FILE *log)
 typedef void gemm_t(const char *, const char *, void *, void *, void *,
 		    const void *, void *, void *, void *, void *, const void *,
 		    void *, void *, size_t, size_t);
+typedef void gemv_t(const char *, void *, void *, const void *, void *,
+		    void *, void *, void *, const void *, void *, void *,
+		    size_t);
 typedef void getrf_t(void *, void *, void *, void *, void *, void *);
 typedef void gesv_t(void *, void *, void *, void *, void *, void *, void *,
 		    void *);
@@ -146,6 +149,11 @@ int64_t calib_call(struct point *pt, int query, double *qwork,
 		((gemm_t *)pt->fn)("N", "N", fi(&n, pt->n), fi(&n2, pt->n),
 				   fi(&n3, pt->n), al, pt->a, fi(&ld, pt->n),
 				   pt->b, FI(ld), be, pt->c, FI(ld), 1, 1);
+		return 0;
+	case K_GEMV:            /* y = A x: x is b's first column, y c's */
+		((gemv_t *)pt->fn)("N", fi(&n, pt->n), fi(&n2, pt->n), al, pt->a,
+				   fi(&ld, pt->n), pt->b, fi(&n3, 1), be, pt->c,
+				   FI(n3), 1);
 		return 0;
 	case K_GETRF:
 		((getrf_t *)pt->fn)(fi(&n, pt->n), fi(&n2, pt->n), pt->a,

@@ -14,8 +14,8 @@
 
 typedef void fn_t(void);
 
-enum kind { K_GEMM, K_GETRF, K_GESV, K_POTRF, K_SYEVD, K_HEEVD, K_GESDD,
-	    K_GESVD };
+enum kind { K_GEMM, K_GEMV, K_GETRF, K_GESV, K_POTRF, K_SYEVD, K_HEEVD,
+	    K_GESDD, K_GESVD };
 
 /* An operation and its precisions ("sdcz"). */
 struct wop {

@@ -13,8 +13,10 @@
  *   sizes 64, 128, ... MAX_SIZE, size by size over every operation (in
  *   the table's order, gemm first); an operation stops growing once one
  *   of its calls took more than CALL_CAP_S seconds, and once its next
- *   point, predicted as 8 times its last one (n^3 work), would end after
- *   DEADLINE_S seconds from the start (the log says which).
+ *   point, predicted as 8 times its last one (n^3 work; gemv's 4 times,
+ *   n^2), would end after DEADLINE_S seconds from the start (the log
+ *   says which). gemv is measured only at sizes whose calls can be
+ *   offloaded (gemv_measured), with its matrix resident.
  * Where the time goes (the CPU pass of a 16-core H100 machine took 171 s
  * before): a curve's last point, whose calls are up to 8 times the cap,
  * measured REPS times; and remaking the matrices (one thread, a
@@ -72,14 +74,16 @@
 
 #include "calib-canary.h"
 #include "calib-work.h"
+#include "resid.h"          /* GPO_RES_MIN_DEFAULT */
 
 static const struct wop wops[] = {
 	{ "gemm", "sdcz", K_GEMM },   { "getrf", "sdcz", K_GETRF },
 	{ "gesv", "sdcz", K_GESV },   { "potrf", "sdcz", K_POTRF },
 	{ "syevd", "sd", K_SYEVD },   { "heevd", "cz", K_HEEVD },
 	{ "gesdd", "sdcz", K_GESDD }, { "gesvd", "sd", K_GESVD },
+	{ "gemv", "sdcz", K_GEMV },
 };
-#define NCURVES 26 /* the precisions above, all told */
+#define NCURVES 30 /* the precisions above, all told */
 
 static double mono(void)
 {
@@ -178,7 +182,7 @@ static void make(struct point *pt)
 	double t = mono();
 
 	fill(pt->a0 ? pt->a0 : pt->a, pt->p, pt->n, herm, pt->singular);
-	if (k == K_GEMM || k == K_GESV)
+	if (k == K_GEMM || k == K_GESV || k == K_GEMV)
 		fill(pt->b, pt->p, pt->n, 0, 0);
 	pt->prep_s += mono() - t;
 }
@@ -189,8 +193,11 @@ static void prepare(struct point *pt)
 {
 	double t;
 
-	if (!pt->a0) {          /* gemm: its operands stay as made */
-		if (pt->thorough)
+	if (!pt->a0) {          /* gemm, gemv: their operands stay as made */
+		/* Never gemv's, even thorough: a rewritten matrix is no
+		 * longer resident, and what its curve measures is a call
+		 * whose matrix is (docs/offload-residency.md). */
+		if (pt->thorough && pt->w->kind == K_GEMM)
 			make(pt);
 		return;
 	}
@@ -290,6 +297,42 @@ static long arg(const char *s, long def)
 	return *s || v == 0 ? def : v;
 }
 
+/*
+ * gemv: whether size n is measured, and where its matrix starts in the
+ * size's buffer. Its calls are offloaded only with the matrix resident,
+ * so not at all with residency off (GPU_OFFLOAD_RESIDENT=0) nor under the
+ * residency minimum (GPU_OFFLOAD_RESIDENT_MIN, as the library reads it):
+ * such sizes are not measured. Each precision's matrix starts at its own
+ * offset, so that no two points name the same operand (address, pitch,
+ * width, columns: d and c would), which the table would take for one
+ * matrix rewritten between calls and back off from.
+ */
+static int gemv_measured(long n, char p)
+{
+	const char *off = getenv("GPU_OFFLOAD_RESIDENT");
+	const char *m = getenv("GPU_OFFLOAD_RESIDENT_MIN");
+	uint64_t min = GPO_RES_MIN_DEFAULT;
+
+	if (off && strcmp(off, "0") == 0)
+		return 0;
+	if (m && *m) {
+		uint64_t v = 0;
+		const char *s = m;
+		for (; *s >= '0' && *s <= '9' && v < UINT64_MAX / 20; s++)
+			v = v * 10 + (uint64_t)(*s - '0');
+		if (!*s)
+			min = v;
+	}
+	return (uint64_t)n * (uint64_t)n * esize(p) >= min;
+}
+
+static size_t gemv_offset(char p)
+{
+	/* z fills the buffer (16 bytes an element); the others fit their
+	 * offset within it (n >= 64) */
+	return 64 * (size_t)(3 - (strchr("sdcz", p) - "sdcz"));
+}
+
 /* Buffers for one size, the largest any curve needs. */
 struct bufs { void *a, *a0, *b, *c, *piv, *w, *iwork, *rwork; };
 
@@ -386,29 +429,32 @@ int main(int argc, char **argv)
 				struct gpo_cresult res;
 				char cname[16];
 				long lim;
+				/* work per point over the last: n^3, gemv n^2 */
+				double grow = wops[o].kind == K_GEMV ? 4 : 8;
 				double qw, qr;
 				int64_t qi, info;
 
 				snprintf(cname, sizeof cname, "%c%s", *p, wops[o].op);
 				lim = planned(plan, cname);
 				if (done[curve] || !listed(ops, cname) ||
-				    (lim >= 0 && n > lim))
+				    (lim >= 0 && n > lim) ||
+				    (wops[o].kind == K_GEMV && !gemv_measured(n, *p)))
 					continue;
 				/* The cheap curves may still fit when the slow
 				 * ones do not: each is cut on its own. */
-				if (mono() - start + 8 * last[curve] > deadline) {
+				if (mono() - start + grow * last[curve] > deadline) {
 					fprintf(log, "budget %s %ld\n", cname, n);
 					done[curve] = 1;
 					continue;
 				}
 				/* Smooth: the next point's calls past the cap,
-				 * and its speed (work n^3 / call) grew by less
+				 * and its speed (work / call) grew by less
 				 * than 10% over the last doubling. Not in the
 				 * GPU pass (a plan): it measures what the CPU
 				 * pass did. */
 				if (!thorough && lim < 0 && fast[curve][0] > 0 &&
-				    8 * fast[curve][1] > cap &&
-				    8 * fast[curve][0] / fast[curve][1] < 1.1) {
+				    grow * fast[curve][1] > cap &&
+				    grow * fast[curve][0] / fast[curve][1] < 1.1) {
 					fprintf(log, "smooth %s %ld\n", cname, n);
 					done[curve] = 1;
 					continue;
@@ -426,7 +472,10 @@ int main(int argc, char **argv)
 				pt.reps = reps;
 				pt.cap = cap;
 				pt.a = bf.a, pt.b = bf.b, pt.c = bf.c;
-				pt.a0 = pt.w->kind == K_GEMM ? NULL : bf.a0;
+				pt.a0 = pt.w->kind == K_GEMM ||
+					pt.w->kind == K_GEMV ? NULL : bf.a0;
+				if (pt.w->kind == K_GEMV)
+					pt.a = (char *)bf.a + gemv_offset(*p);
 				pt.thorough = thorough;
 				pt.piv = bf.piv, pt.w_ = bf.w;
 				pt.iwork = bf.iwork, pt.rwork = bf.rwork;
@@ -443,7 +492,17 @@ int main(int argc, char **argv)
 				pt.lwork = 1;
 				/* The workspace query, outside the measured calls. */
 				make(&pt);
-				if (pt.w->kind >= K_SYEVD) {
+				if (pt.w->kind == K_GEMV) {
+					/* Two calls outside the measured ones, as a
+					 * program's first two products with its
+					 * matrix: the first makes it seen, the second
+					 * (in the GPU pass) copies it in and keeps it.
+					 * The measured calls find it resident, as the
+					 * program's later calls do. */
+					calib_call(&pt, 0, NULL, NULL, NULL);
+					calib_call(&pt, 0, NULL, NULL, NULL);
+				}
+				if (pt.w->kind >= K_SYEVD) { /* LAPACK with work arrays */
 					prepare(&pt);
 					info = calib_call(&pt, 1, &qw, &qi, &qr);
 					pt.lwork = info == 0 && qw >= 1 ? (int64_t)qw : 1;
