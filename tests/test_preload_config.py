@@ -8,6 +8,7 @@ observable outcomes only)."""
 
 import os
 import re
+import subprocess
 
 import pytest
 
@@ -192,3 +193,28 @@ def test_only_the_lease_descriptors_stay_open(env, tmp_path, n):
     assert sorted(fds) == sorted([str(user / "events.log")] + acts +
                                  [dev + d for d in leased]), res.stdout
     assert set(cloexec) == {"cloexec=1"}
+
+
+def test_activity_files_of_gone_processes_are_removed(env, tmp_path):
+    """A process that takes a lease removes its user's act.<pid> files
+    whose process is gone (docs/suspend.md): the previous probe's (it has
+    exited) and one of a reaped child's PID; a live PID's file and a file
+    that is not an activity file stay, and so does the new probe's own."""
+    env["GPUMUTEX_NUM_DEVICES"] = "1"
+    first = run([T / "cuprobe", "errno"], env)
+    assert_caught(env, first)
+    user = tmp_path / "lock" / "job" / str(os.geteuid())
+    before = {p.name for p in user.glob("act.*")}
+    assert len(before) == 1, before
+    child = subprocess.Popen(["true"])
+    child.wait()
+    line = "gm1act pid=%d lease=1 job=x state=idle\n"
+    (user / f"act.{child.pid}").write_text(line % child.pid)
+    (user / f"act.{os.getpid()}").write_text(line % os.getpid())
+    (user / "act.notes").write_text("kept\n")
+    second = run([T / "cuprobe", "errno"], env)
+    assert second.returncode == 0 and len(inits(env)) == 2, second.stderr
+    after = {p.name for p in user.glob("act.*")}
+    assert before.isdisjoint(after) and f"act.{child.pid}" not in after, after
+    assert {f"act.{os.getpid()}", "act.notes"} < after, after
+    assert len(after) == 3, after

@@ -3,10 +3,19 @@
  * activity (the preload library's idle-suspension thread writes it, `gpumutex
  * status` reads it): one small file per process, job/<user>/act.<pid>, one
  * line "gm1act key=value ...", replaced in place on each change.
+ *
+ * Its writer holds an OFD write lock on byte 0 of it for as long as it
+ * lives (the kernel drops it at death, SIGKILL too). A process opening its
+ * own file removes those of its user's processes that are gone: unlocked
+ * and their PID not alive. That keeps the folder at about one file per
+ * live process, with no daemon and no exit hook (a killed process runs
+ * none).
  */
 #define _GNU_SOURCE
 #include <dirent.h>
+#include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,6 +24,44 @@
 
 #include "internal.h"
 #include "lease.h"
+
+/* 1 when `pid` names no process (a live one of another user is alive). */
+static int gone(pid_t pid)
+{
+	return kill(pid, 0) != 0 && errno == ESRCH;
+}
+
+/* Remove the act.* files of `user` (our user's folder) whose writer is
+ * gone. Taking the lock before the unlink is what keeps a new process of
+ * a reused PID safe: it locks the file it opened, then checks that the
+ * name still is that file, and opens anew when not. */
+static void sweep(int user)
+{
+	DIR *dir = gm__listdir(user);
+	struct dirent *de;
+
+	if (!dir)
+		return;
+	while ((de = readdir(dir)) != NULL) {
+		uint64_t pid;
+		const char *end;
+		int fd;
+
+		if (strncmp(de->d_name, "act.", 4) != 0 ||
+		    gm_scan_uint(de->d_name + 4, 10, INT32_MAX, &pid, &end) ||
+		    *end != '\0' || (pid_t)pid == getpid() || !gone((pid_t)pid))
+			continue;
+		fd = openat(user, de->d_name,
+			    O_WRONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+		if (fd < 0)
+			continue;
+		if (gm__lock(fd, F_OFD_SETLK, F_WRLCK, 0) == 0 &&
+		    gm__still_linked(user, de->d_name, fd))
+			unlinkat(user, de->d_name, 0);
+		close(fd);
+	}
+	closedir(dir);
+}
 
 int gm_activity_open(const char *lock_dir, int *fd, char *err, size_t errlen)
 {
@@ -29,11 +76,27 @@ int gm_activity_open(const char *lock_dir, int *fd, char *err, size_t errlen)
 	rc = gm__user_dir_find(&d, err, errlen);
 	if (rc == 0) {
 		snprintf(name, sizeof name, "act.%d", (int)getpid());
-		*fd = openat(d.user, name,
-			     O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0644);
-		if (*fd < 0)
-			rc = gm__fail(-errno, err, errlen, "cannot write job/%s/%s",
-				      d.user_name, name);
+		sweep(d.user);
+		/* A sweeper that found a file of this PID's dead predecessor
+		 * holds its lock only to unlink it: open anew, a few times. */
+		for (int tries = 0; tries < 8 && *fd < 0 && rc == 0; tries++) {
+			int f = openat(d.user, name, O_WRONLY | O_CREAT |
+				       O_NOFOLLOW | O_CLOEXEC, 0644);
+			if (f < 0) {
+				rc = gm__fail(-errno, err, errlen,
+					      "cannot write job/%s/%s",
+					      d.user_name, name);
+				break;
+			}
+			if (gm__lock(f, F_OFD_SETLK, F_WRLCK, 0) == 0 &&
+			    gm__still_linked(d.user, name, f))
+				*fd = f;
+			else
+				close(f);
+		}
+		if (*fd < 0 && rc == 0)
+			rc = gm__fail(-EAGAIN, err, errlen,
+				      "cannot lock job/%s/%s", d.user_name, name);
 	}
 	gm__dir_close(&d);
 	return rc;

@@ -536,8 +536,10 @@ struct gm_activity {
 
 /*
  * Open (creating it) this process's activity file, job/<user>/act.<pid> in
- * `lock_dir`: *fd, close-on-exec, stays open so that each later publication
- * opens nothing. 0 or -errno with a message (*fd = -1). For the preload
+ * `lock_dir`: *fd, close-on-exec, OFD-write-locked (byte 0) while open,
+ * stays open so that each later publication opens nothing. First removes
+ * the user's act.* files whose process is gone (no such PID, the file
+ * unlocked). 0 or -errno with a message (*fd = -1). For the preload
  * library.
  */
 int gm_activity_open(const char *lock_dir, int *fd, char *err, size_t errlen);
