@@ -64,17 +64,19 @@ $(OFL_T)/lockcheck: $(OFL_TSRC)/lockcheck.c $(OFL_T)/libpauselib.so
 	    -Wl,-rpath,'$$ORIGIN' -ldl
 
 # The whole library built with ThreadSanitizer straight from its sources
-# (the copy engine and the lease core included), and pausecheck built so
-# too, so that libtsan is loaded first (the library's __tsan_ calls bind
-# to it): test_offload_pause.py runs pausecheck's cases under it. Not in
+# (the copy engine, the write tracker and the lease core included), and
+# pausecheck built so too, so that libtsan is loaded first (the library's
+# __tsan_ calls bind to it): test_offload_pause.py runs pausecheck's cases under it. Not in
 # offload-tests (the generated wrappers take long to build so): the test
 # builds `offload-tsan-tests`.
-OFL_TSAN_SRC = $(OFL_SRC) $(wildcard src/offload/pcopy/*.c) $(OFL_GEN)/wrappers.c \
+OFL_TSAN_SRC = $(OFL_SRC) $(wildcard src/offload/pcopy/*.c) \
+               $(wildcard src/offload/wtrack/*.c) $(OFL_GEN)/wrappers.c \
                $(OFL_GEN)/ops.c $(LEASE_SRC)
 .PHONY: offload-tsan-tests
 offload-tsan-tests: $(OFL_T)/tsan/libgpuoffload.so $(OFL_T)/tsan/pausecheck
 $(OFL_T)/tsan/libgpuoffload.so: $(OFL_TSAN_SRC) $(OFL_HDR) $(LEASE_HDR) \
-                                $(wildcard src/offload/pcopy/*.h) $(OFL_GEN)/exports.map
+                                $(wildcard src/offload/pcopy/*.h) \
+                                $(wildcard src/offload/wtrack/*.h) $(OFL_GEN)/exports.map
 	@mkdir -p $(@D)
 	$(CC) $(WARN) -O1 -g -fsanitize=thread -fPIC -shared -fvisibility=hidden \
 	    -include src/offload/compat.h -Isrc/offload -I$(OFL_GEN) -Isrc/lease \
