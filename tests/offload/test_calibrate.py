@@ -127,6 +127,8 @@ def test_every_operation_and_precision_is_measured(tmp_path):
                                   "--cpu-library", "system"])
     assert r.returncode == 0, r.stderr
     c = curves(out.read_text())
+    # (gemv: not at size 64, under the residency minimum; see the gemv
+    # tests below)
     want = {p + op for op in ("gemm", "getrf", "gesv", "potrf", "gesdd")
             for p in "sdcz"} | {"ssyevd", "dsyevd", "cheevd", "zheevd",
                                 "sgesvd", "dgesvd"}
