@@ -43,6 +43,8 @@ struct acq {
 	struct pollfd bells[GM_MAX_DEVICES]; /* claim: doorbells of busy devices */
 	int belldev[GM_MAX_DEVICES];         /* ... and their device indices */
 	struct gm__evnote ev;       /* event log: what to record (events.c) */
+	struct gm_config narrow;    /* cfg narrowed to the GPUs of the job's
+	                             * suspended members (a->cfg then) */
 };
 
 struct record {

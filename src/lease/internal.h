@@ -105,6 +105,12 @@ int gm__open(int dirfd, const char *what, const char *name, int flags,
 /* List directory `dirfd` through a descriptor of its own (NULL on error). */
 DIR *gm__listdir(int dirfd);
 
+/* activity.c: the devices (a bit set) of job `job`'s members that are
+ * suspended now (their activity files in user folder `user` say
+ * "suspended", and their writers live: they hold the files' locks), this
+ * process left out. 0 when none. */
+uint64_t gm__job_suspended(int user, const char *job);
+
 /* The in-flight registry (lockdir.c): gm__track(fd) records a descriptor
  * an acquire opened (and returns fd, so it can wrap the open);
  * gm__close(fd) forgets and closes it; gm__untrack forgets only. */

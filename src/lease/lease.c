@@ -77,6 +77,32 @@ int gm__timed_out(struct acq *a)
 			c->timeout_s, c->want, list);
 }
 
+/*
+ * Members of the job that are suspended (docs/suspend.md) hold no lease,
+ * but resume on their own GPUs and then join the job's lease: a new lease
+ * of the job must be on those GPUs, or they could never join it. So when
+ * they are exactly as many as the claim wants, and among its candidates,
+ * the claim's candidates are narrowed to them (it waits for them if
+ * another job holds them now). Other settings (another GPU count) cannot
+ * share a lease with them anyway, as for members that are not suspended.
+ */
+static void narrow_to_suspended(struct acq *a)
+{
+	uint64_t s = gm__job_suspended(a->d.user, a->cfg->job);
+	int n = 0;
+
+	if (!s || (s & a->mask) != s ||
+	    __builtin_popcountll(s) != a->cfg->want || s == a->mask)
+		return;
+	a->narrow = *a->cfg;
+	for (int i = 0; i < a->cfg->ndevices; i++)
+		if (s & (UINT64_C(1) << a->cfg->devices[i]))
+			a->narrow.devices[n++] = a->cfg->devices[i];
+	a->narrow.ndevices = n;
+	a->cfg = &a->narrow;
+	a->mask = s;
+}
+
 int gm_lease_acquire(const struct gm_config *cfg,
 		     const struct gm_acquire_hooks *hooks,
 		     struct gm_lease *out, char *err, size_t errlen)
@@ -160,6 +186,7 @@ int gm_lease_acquire(const struct gm_config *cfg,
 	/* Known now: the job has no live lease, and none can appear while we
 	 * hold its job lock. */
 	dead = 1;
+	narrow_to_suspended(a);
 	rc = gm__claim(a, out);
 	for (int i = 0; rc == 0 && i < out->ndevices; i++)
 		out->usable |= UINT64_C(1) << out->devices[i];

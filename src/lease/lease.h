@@ -287,8 +287,10 @@ struct gm_acquire_hooks {
  * process. Joins at once when the job's lease is alive; otherwise takes a
  * ticket, waits first come first served behind every older waiter whose
  * candidate devices intersect ours, then for cfg->want free devices, all
- * at once. Blocks in the kernel (poll on FIFO doorbells) and uses no CPU
- * while waiting.
+ * at once. When members of the job are suspended (their activity files,
+ * gm_activity_open) on exactly cfg->want of the candidates, only those
+ * are candidates: they can join the new lease when they resume. Blocks in
+ * the kernel (poll on FIFO doorbells) and uses no CPU while waiting.
  * On success fills `out` and returns 0: the lease lives as long as the
  * descriptors in out->fds stay open in this process or in forked
  * children; they are O_CLOEXEC and nothing here ever closes them.

@@ -499,12 +499,15 @@ int gmp_gate_suspend(long seen, const char **why)
 		gate_in = 1;
 		rc = gmp_susp_checkpoint(seen, why);
 		if (rc == 0) {
-			/* Checkpointed: nothing of ours is on the GPUs. The
+			/* Checkpointed: nothing of ours is on the GPUs. Said
+			 * (the activity file) before the lease goes: a new
+			 * process of the job then claims our GPUs, where we
+			 * can join it (lease.c, narrow_to_suspended). The
 			 * lease ends when its last member lets go. */
+			gmp_susp_done(&gate_lease);
 			gm_lease_release(&gate_lease);
 			gate_own = 0;
 			state_set(ST_SUSP);
-			gmp_susp_done(&gate_lease);
 		} else {
 			state_set(ST_HELD);
 		}

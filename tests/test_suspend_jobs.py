@@ -1,0 +1,184 @@
+"""Idle suspension with several processes per job and more jobs than GPUs
+(fake driver, docs/suspend.md, "Where a resumed job stands").
+
+A new process of a job whose members are suspended takes its lease on
+their GPUs, so that they can join it when they resume (a deterministic
+case). Then random schedules: up to six CUDA "notebooks" of four jobs (so
+some share a lease) on GPUs 0 and 1 of the fake driver, each holding one
+GPU or both, asked to compute in a random order, several at once, started
+while others wait, and SIGKILLed at random moments: while idle, suspended,
+queued, checkpointing, resuming or being granted. The schedule is fixed
+by the seed; where each kill lands is left to chance, and the outcome
+must not depend on it:
+
+- every call a live notebook makes succeeds (sync=0), and every one that
+  was not killed exits 0;
+- the fake driver's journal never shows two jobs on one GPU at once
+  (checkpointed spans excluded: a suspended process holds nothing);
+- afterwards nothing is left: no lease, no suspended process, and a new
+  job gets both GPUs.
+
+Waits are for the notebooks' own lines (a guard turns a hang into a
+failure); no sleep stands in for an event."""
+import os
+import random
+import select
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "lib"))
+import journal  # noqa: E402
+from preloadlib import B, LIB, TIMEOUT, built, env  # noqa: E402,F401
+
+HOLDER = os.path.join(os.path.dirname(__file__), "preload", "idleholder.py")
+
+
+class Notebook:
+    """One idleholder.py: its expected lines, read with a guard."""
+
+    def __init__(self, e, job, ndev=1, devices="0,1"):
+        x = dict(e, LD_PRELOAD=str(LIB), GPUMUTEX_JOB=job,
+                 GPUMUTEX_VISIBLE_DEVICES=devices,
+                 GPUMUTEX_NUM_DEVICES=str(ndev))
+        self.job = job
+        self.p = subprocess.Popen([sys.executable, HOLDER], env=x,
+                                  stdin=subprocess.PIPE,
+                                  stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE)
+        self.buf = b""
+        self.expect = ["ready"]
+        self.killed = False
+
+    def send(self, text):
+        self.p.stdin.write(text.encode())
+        self.p.stdin.flush()
+
+    def line(self, why):
+        deadline = time.monotonic() + TIMEOUT
+        fd = self.p.stdout.fileno()
+        while b"\n" not in self.buf:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([fd], [], [], left)[0]:
+                raise AssertionError(f"pid {self.p.pid} ({self.job}) never "
+                                     f"said its line ({why})")
+            chunk = os.read(fd, 4096)
+            if not chunk:
+                raise AssertionError(f"pid {self.p.pid} ({self.job}) ended "
+                                     f"before its line ({why}): rc "
+                                     f"{self.p.wait()}, "
+                                     f"{self.p.stderr.read().decode()[-400:]}")
+            self.buf += chunk
+        ln, self.buf = self.buf.split(b"\n", 1)
+        return ln.decode().strip()
+
+    def collect(self):
+        while self.expect:
+            want = self.expect.pop(0)
+            got = self.line(want)
+            if got != want:
+                self.p.kill()
+                raise AssertionError(f"pid {self.p.pid} ({self.job}) said "
+                                     f"{got}, not {want}: "
+                                     f"{self.p.stderr.read().decode()[-600:]}")
+
+    def go(self):
+        self.send("go\n")
+        self.expect.append("sync=0")
+
+    def kill(self):
+        self.p.send_signal(signal.SIGKILL)
+        self.p.wait(timeout=TIMEOUT)
+        self.killed = True
+
+
+def gm(e, *args):
+    r = subprocess.run([str(B / "gpumutex"), *args, "--lock-dir",
+                        e["GPUMUTEX_LOCK_DIR"]], capture_output=True,
+                       text=True, timeout=TIMEOUT)
+    assert r.returncode == 0, r.stderr
+    return r.stdout
+
+
+def test_new_member_takes_the_suspended_members_gpus(env):
+    """A (job j) holds GPU 0 and is suspended for W, which can use GPU 0
+    only. B of job j starts while GPU 1 is free: it waits for GPU 0, A's
+    (W is suspended in turn), and A then resumes into B's lease. Without
+    that, B took GPU 1 and A's next call failed: its job's lease was on a
+    GPU its memory cannot come back to."""
+    import json
+    e = dict(env, GPUMUTEX_IDLE_SUSPEND_MS="1")
+    a = Notebook(e, "j")
+    a.collect()
+    w = Notebook(e, "w", devices="0")
+    w.collect()  # granted: A is suspended
+    b = Notebook(e, "j")
+    b.collect()  # granted GPU 0: W is suspended
+    doc = json.loads(gm(e, "status", "--json"))
+    (lease,) = doc["leases"]
+    assert (lease["job"], lease["devices"]) == ("j", [0]), doc
+    a.go()
+    a.collect()  # joined B's lease and restored on GPU 0
+    w.go()
+    w.collect()
+    for n in (a, b, w):
+        n.send("quit\n")
+        assert n.p.wait(timeout=TIMEOUT) == 0, n.p.stderr.read()
+    ev = journal.parse(e["FAKECUDA_JOURNAL"])
+    journal.check_exclusive(ev)
+    # (suspended again later, for W's call)
+    assert [x["ev"] for x in ev if x["pid"] == str(a.p.pid)
+            and x["ev"] in ("ckpt", "restore")][:2] == ["ckpt", "restore"]
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_random_schedule_with_kills(env, seed):
+    import json
+    rnd = random.Random(seed)
+    e = dict(env, GPUMUTEX_IDLE_SUSPEND_MS="1")
+    books = []
+    kills = 0
+    try:
+        for _ in range(120):
+            live = [b for b in books if not b.killed]
+            r = rnd.random()
+            if r < 0.15 and len(live) < 6:
+                # job j2 wants both GPUs (a job's processes agree on it)
+                j = rnd.randrange(4)
+                books.append(Notebook(e, f"j{j}", ndev=2 if j == 2 else 1))
+            elif r < 0.6 and live:
+                b = rnd.choice(live)
+                if not b.expect:
+                    b.go()
+            elif r < 0.68 and live:
+                rnd.choice(live).kill()
+                kills += 1
+            elif live:
+                rnd.choice(live).collect()
+        for b in books:
+            if not b.killed:
+                b.collect()
+                b.send("quit\n")
+        for b in books:
+            if not b.killed:
+                assert b.p.wait(timeout=TIMEOUT) == 0, b.p.stderr.read()
+    finally:
+        for b in books:
+            if b.p.poll() is None:
+                b.p.kill()
+                b.p.wait()
+    ev = journal.parse(e["FAKECUDA_JOURNAL"])
+    journal.check_exclusive(ev)
+    assert kills and len(books) > 4, (kills, len(books))
+    doc = json.loads(gm(e, "status", "--json"))
+    assert not doc["leases"] and not doc["suspended"], doc
+    kinds = [x["ev"] for x in ev]
+    assert "ckpt" in kinds and "restore" in kinds, sorted(set(kinds))
+    last = Notebook(e, "last", ndev=2)
+    last.go()
+    last.collect()
+    last.send("quit\n")
+    assert last.p.wait(timeout=TIMEOUT) == 0
