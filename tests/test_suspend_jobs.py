@@ -7,7 +7,9 @@ case). Then random schedules: up to six CUDA "notebooks" of four jobs (so
 some share a lease) on GPUs 0 and 1 of the fake driver, each holding one
 GPU or both, asked to compute in a random order, several at once, started
 while others wait, and SIGKILLed at random moments: while idle, suspended,
-queued, checkpointing, resuming or being granted. The schedule is fixed
+queued, checkpointing, resuming or being granted; some tear their
+context down and exit (one schedule with the give-back after 1 ms and the
+exit release on). The schedule is fixed
 by the seed; where each kill lands is left to chance, and the outcome
 must not depend on it:
 
@@ -52,6 +54,7 @@ class Notebook:
         self.buf = b""
         self.expect = ["ready"]
         self.killed = False
+        self.ended = False      # tore its context down and exited
 
     def send(self, text):
         self.p.stdin.write(text.encode())
@@ -88,6 +91,11 @@ class Notebook:
     def go(self):
         self.send("go\n")
         self.expect.append("sync=0")
+
+    def teardown(self):
+        self.send("teardown\n")
+        self.expect.append("teardown=0,0")
+        self.ended = True
 
     def kill(self):
         self.p.send_signal(signal.SIGKILL)
@@ -134,16 +142,19 @@ def test_new_member_takes_the_suspended_members_gpus(env):
             and x["ev"] in ("ckpt", "restore")][:2] == ["ckpt", "restore"]
 
 
-@pytest.mark.parametrize("seed", [1, 2, 3])
-def test_random_schedule_with_kills(env, seed):
+@pytest.mark.parametrize("seed,extra", [
+    (1, {}), (2, {}), (3, {}),
+    # contexts destroyed: leases given back after 1 ms, and at exit
+    (4, {"GPUMUTEX_GIVE_BACK_MS": "1", "GPUMUTEX_EXIT_EARLY": "1"})])
+def test_random_schedule_with_kills(env, seed, extra):
     import json
     rnd = random.Random(seed)
-    e = dict(env, GPUMUTEX_IDLE_SUSPEND_MS="1")
+    e = dict(env, GPUMUTEX_IDLE_SUSPEND_MS="1", **extra)
     books = []
     kills = 0
     try:
         for _ in range(120):
-            live = [b for b in books if not b.killed]
+            live = [b for b in books if not b.killed and not b.ended]
             r = rnd.random()
             if r < 0.15 and len(live) < 6:
                 # job j2 wants both GPUs (a job's processes agree on it)
@@ -156,12 +167,17 @@ def test_random_schedule_with_kills(env, seed):
             elif r < 0.68 and live:
                 rnd.choice(live).kill()
                 kills += 1
+            elif r < 0.74 and live:
+                b = rnd.choice(live)
+                if not b.expect:
+                    b.teardown()
             elif live:
                 rnd.choice(live).collect()
         for b in books:
             if not b.killed:
                 b.collect()
-                b.send("quit\n")
+                if not b.ended:
+                    b.send("quit\n")
         for b in books:
             if not b.killed:
                 assert b.p.wait(timeout=TIMEOUT) == 0, b.p.stderr.read()
