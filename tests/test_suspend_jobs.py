@@ -33,6 +33,7 @@ import time
 import pytest
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "lib"))
+import jobs  # noqa: E402
 import journal  # noqa: E402
 from preloadlib import B, LIB, TIMEOUT, built, env  # noqa: E402,F401
 
@@ -42,15 +43,17 @@ HOLDER = os.path.join(os.path.dirname(__file__), "preload", "idleholder.py")
 class Notebook:
     """One idleholder.py: its expected lines, read with a guard."""
 
-    def __init__(self, e, job, ndev=1, devices="0,1"):
-        x = dict(e, LD_PRELOAD=str(LIB), GPUMUTEX_JOB=job,
-                 GPUMUTEX_VISIBLE_DEVICES=devices,
+    def __init__(self, e, job, ndev=1, devices="0,1", uid=None,
+                 holder=HOLDER):
+        x = dict({"LD_PRELOAD": str(LIB)}, **e)
+        x.update(GPUMUTEX_JOB=job, GPUMUTEX_VISIBLE_DEVICES=devices,
                  GPUMUTEX_NUM_DEVICES=str(ndev))
         self.job = job
-        self.p = subprocess.Popen([sys.executable, HOLDER], env=x,
+        self.p = subprocess.Popen([sys.executable, holder], env=x,
                                   stdin=subprocess.PIPE,
                                   stdout=subprocess.PIPE,
-                                  stderr=subprocess.PIPE)
+                                  stderr=subprocess.PIPE,
+                                  preexec_fn=jobs.as_user(uid) if uid else None)
         self.buf = b""
         self.expect = ["ready"]
         self.killed = False
@@ -140,6 +143,48 @@ def test_new_member_takes_the_suspended_members_gpus(env):
     # (suspended again later, for W's call)
     assert [x["ev"] for x in ev if x["pid"] == str(a.p.pid)
             and x["ev"] in ("ckpt", "restore")][:2] == ["ckpt", "restore"]
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root (other users)")
+def test_across_users(env, shared):
+    """User 4001's idle notebook is suspended for user 4002's (its helper
+    thread sees the other user's claim), and resumes after it; user 4003's
+    job of the same name is another job (job names are per user): it is
+    not narrowed to 4001's suspended GPU and takes the free one."""
+    import json
+    import shutil
+    # Everything the other users run, where they can read it.
+    bin_ = os.path.join(shared, "bin")
+    os.mkdir(bin_)
+    os.chmod(bin_, 0o755)
+    for f in (str(LIB), HOLDER,
+              str(B / "tests" / "fakecuda" / "libcuda.so.1")):
+        shutil.copy2(f, bin_)
+    e = dict(env, GPUMUTEX_IDLE_SUSPEND_MS="1", LD_LIBRARY_PATH=bin_,
+             LD_PRELOAD=os.path.join(bin_, os.path.basename(str(LIB))),
+             FAKECUDA_JOURNAL=os.path.join(shared, "journal"),
+             GPUMUTEX_LOCK_DIR=os.path.join(shared, "lock"))
+    holder = os.path.join(bin_, os.path.basename(HOLDER))
+    a = Notebook(e, "a", devices="0", uid=4001, holder=holder)
+    a.collect()
+    w = Notebook(e, "w", devices="0", uid=4002, holder=holder)
+    w.collect()  # granted: A is suspended
+    b = Notebook(e, "a", uid=4003, holder=holder)
+    b.collect()
+    doc = json.loads(gm(e, "status", "--json"))
+    held = sorted((x["uid"], x["devices"]) for x in doc["leases"])
+    assert held == [(4002, [0]), (4003, [1])], doc
+    assert [(x["uid"], x["pid"]) for x in doc["suspended"]] == \
+        [(4001, a.p.pid)], doc
+    for n in (w, b, a):
+        n.go()
+        n.collect()
+        n.send("quit\n")
+        assert n.p.wait(timeout=TIMEOUT) == 0, n.p.stderr.read()
+    ev = journal.parse(e["FAKECUDA_JOURNAL"])
+    journal.check_exclusive(ev)
+    assert [x["ev"] for x in ev if x["pid"] == str(a.p.pid)
+            and x["ev"] in ("ckpt", "restore")] == ["ckpt", "restore"]
 
 
 @pytest.mark.parametrize("seed,extra", [

@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "evlog.h"          /* gm_user_name */
 #include "lease.h"
 
 static struct gm_activity *acts;
@@ -108,7 +109,7 @@ int gm_status_suspended_count(const char *dir, const struct gm_state *st)
 
 void gm_status_idle_text(FILE *f, const char *dir, const struct gm_state *st)
 {
-	char dur[32], devs[GM_MAX_DEVICES * 4];
+	char dur[32], devs[GM_MAX_DEVICES * 4], user[64];
 	int head = 0;
 
 	load(dir, st);
@@ -135,8 +136,9 @@ void gm_status_idle_text(FILE *f, const char *dir, const struct gm_state *st)
 			fprintf(f, "\nSuspended (idle, GPU memory checkpointed; each resumes at its next GPU call):\n");
 		gm_cli_duration(st->now_ns - a->since_ns, dur, sizeof dur);
 		gm_format_list(devs, sizeof devs, a->devices, a->ndevices);
-		fprintf(f, "  pid %-8d job %-18.18s GPUs %-8s for %s, %.1f GiB moved to host memory\n",
-			(int)a->pid, a->job, devs, dur,
+		gm_user_name(a->uid, user, sizeof user);
+		fprintf(f, "  pid %-8d user %-10.10s job %-18.18s GPUs %-8s for %s, %.1f GiB moved to host memory\n",
+			(int)a->pid, user, a->job, devs, dur,
 			(double)a->mem / (1024.0 * 1024 * 1024));
 	}
 }
@@ -163,6 +165,7 @@ void gm_status_idle_lease_json(FILE *f, const char *dir,
 
 void gm_status_idle_json(FILE *f, const char *dir, const struct gm_state *st)
 {
+	char user[64];
 	int n = 0;
 
 	load(dir, st);
@@ -174,8 +177,11 @@ void gm_status_idle_json(FILE *f, const char *dir, const struct gm_state *st)
 		if (strcmp(a->state, "suspended") || !alive(a->pid))
 			continue;
 		memcpy(devs, a->devices, sizeof devs);
-		fprintf(f, "%s{\"pid\": %d, \"job\": ", n++ ? ", " : "",
-			(int)a->pid);
+		gm_user_name(a->uid, user, sizeof user);
+		fprintf(f, "%s{\"pid\": %d, \"uid\": %u, \"user\": ",
+			n++ ? ", " : "", (int)a->pid, (unsigned)a->uid);
+		gm_json_str(f, user);
+		fprintf(f, ", \"job\": ");
 		gm_json_str(f, a->job);
 		fprintf(f, ", \"devices\": [");
 		for (int k = 0; k < a->ndevices; k++)
