@@ -196,10 +196,12 @@ def test_only_the_lease_descriptors_stay_open(env, tmp_path, n):
 
 
 def test_activity_files_of_gone_processes_are_removed(env, tmp_path):
-    """A process that takes a lease removes its user's act.<pid> files
-    whose process is gone (docs/suspend.md): the previous probe's (it has
-    exited) and one of a reaped child's PID; a live PID's file and a file
-    that is not an activity file stay, and so does the new probe's own."""
+    """A process that takes a lease removes its user's activity files
+    whose writer is gone (docs/suspend.md): the previous probe's (it has
+    exited), a reaped child's PID's (with and without this PID namespace
+    in the name), and another namespace's whose lock is free; a live
+    PID's, another namespace's whose lock is held, and a file that is not
+    an activity file stay, and so does the new probe's own."""
     env["GPUMUTEX_NUM_DEVICES"] = "1"
     first = run([T / "cuprobe", "errno"], env)
     assert_caught(env, first)
@@ -209,12 +211,23 @@ def test_activity_files_of_gone_processes_are_removed(env, tmp_path):
     child = subprocess.Popen(["true"])
     child.wait()
     line = "gm1act pid=%d lease=1 job=x state=idle\n"
-    (user / f"act.{child.pid}").write_text(line % child.pid)
-    (user / f"act.{os.getpid()}").write_text(line % os.getpid())
-    (user / "act.notes").write_text("kept\n")
-    second = run([T / "cuprobe", "errno"], env)
+    ns = os.stat("/proc/self/ns/pid").st_ino
+    gone = [f"act.{child.pid}", f"act.{child.pid}.{ns}",
+            # another PID namespace's, unlocked: its writer is gone
+            f"act.{os.getpid()}.{ns + 1}"]
+    kept = [f"act.{os.getpid()}", f"act.{os.getpid()}.{ns}", "act.notes",
+            # another namespace's, locked by its (live) writer
+            f"act.{child.pid}.{ns + 1}"]
+    for name in gone + kept:
+        (user / name).write_text(line % child.pid)
+    import fcntl
+    with open(user / kept[-1], "r+") as held:
+        fcntl.lockf(held, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, 0)
+        second = run([T / "cuprobe", "errno"], env)
     assert second.returncode == 0 and len(inits(env)) == 2, second.stderr
     after = {p.name for p in user.glob("act.*")}
-    assert before.isdisjoint(after) and f"act.{child.pid}" not in after, after
-    assert {f"act.{os.getpid()}", "act.notes"} < after, after
-    assert len(after) == 3, after
+    assert before.isdisjoint(after) and not set(gone) & after, after
+    assert set(kept) < after, after
+    # and the new probe's own, named by its PID and namespace
+    (own,) = after - set(kept)
+    assert own.startswith("act.") and own.endswith(f".{ns}"), own

@@ -230,7 +230,7 @@ def test_declined(env, knob, why):
         seen = ""
         for root, _, files in os.walk(act):
             for f in files:
-                if f == f"act.{holder.pid}":
+                if f.split(".")[:2] == ["act", str(holder.pid)]:
                     with open(os.path.join(root, f)) as fh:
                         seen = fh.read()
     doc = status(e)

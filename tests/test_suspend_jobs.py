@@ -138,11 +138,48 @@ def test_new_member_takes_the_suspended_members_gpus(env):
     for n in (a, b, w):
         n.send("quit\n")
         assert n.p.wait(timeout=TIMEOUT) == 0, n.p.stderr.read()
+    # B's line says what it waits for: GPU 0 alone, and why.
+    err = b.p.stderr.read().decode()
+    assert "waits for 1 GPU of 0 (" in err, err
+    assert "its job's suspended processes resume on it" in err, err
     ev = journal.parse(e["FAKECUDA_JOURNAL"])
     journal.check_exclusive(ev)
     # (suspended again later, for W's call)
     assert [x["ev"] for x in ev if x["pid"] == str(a.p.pid)
             and x["ev"] in ("ckpt", "restore")][:2] == ["ckpt", "restore"]
+
+
+def test_failed_restore_is_no_longer_suspended(env):
+    """A's restore fails (the fake driver refuses it): that call fails
+    (fail closed), and A, alive, no longer counts as a suspended member:
+    status does not list it, and B of its job is not narrowed to A's GPU
+    (held by W2 now): it takes the free GPU 1."""
+    import json
+    e = dict(env, GPUMUTEX_IDLE_SUSPEND_MS="1")
+    a = Notebook(dict(e, FAKECUDA_CKPT_FAIL="restore"), "j")
+    a.collect()
+    w = Notebook(e, "w", devices="0")
+    w.collect()  # A suspended
+    a.send("go\n")
+    assert a.line("the failed resume") == "sync=100"
+    w2 = Notebook(e, "w2", devices="0")
+    w2.collect()  # W suspended
+    doc = json.loads(gm(e, "status", "--json"))
+    assert [x["pid"] for x in doc["suspended"]] == [w.p.pid], doc
+    b = Notebook(e, "j")
+    b.collect()
+    doc = json.loads(gm(e, "status", "--json"))
+    held = sorted((x["job"], x["devices"]) for x in doc["leases"])
+    assert held == [("j", [1]), ("w2", [0])], doc
+    for n in (b, w2, w):
+        n.go()
+        n.collect()
+        n.send("quit\n")
+        assert n.p.wait(timeout=TIMEOUT) == 0, n.p.stderr.read()
+    a.send("quit\n")
+    a.p.wait(timeout=TIMEOUT)
+    assert "refused to restore" in a.p.stderr.read().decode()
+    journal.check_exclusive(journal.parse(e["FAKECUDA_JOURNAL"]))
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root (other users)")

@@ -20,22 +20,59 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "internal.h"
 #include "lease.h"
 
-/* 1 when `pid` names no process (a live one of another user is alive). */
-static int gone(pid_t pid)
+/*
+ * This process's file name: act.<pid>.<PID namespace> (act.<pid> where the
+ * namespace cannot be read). With the namespace, processes of one user in
+ * two containers that share the lock directory, which may have one PID
+ * number, never share a file.
+ */
+static void own_name(char *buf, size_t len)
 {
-	return kill(pid, 0) != 0 && errno == ESRCH;
+	unsigned long long ns = gm__pidns();
+
+	if (ns)
+		snprintf(buf, len, "act.%d.%llu", (int)getpid(), ns);
+	else
+		snprintf(buf, len, "act.%d", (int)getpid());
+}
+
+/*
+ * Whether the writer of activity file `name` (open as `fd`) may be gone,
+ * before its lock is tried: a file of our PID namespace (or of an older
+ * version, whose name has none) whose PID names no process here (a live
+ * one of another user is alive); a file of another namespace, whose PID
+ * means nothing here, is left to its lock alone (every writer that names
+ * its namespace holds one).
+ */
+static int maybe_gone(const char *name)
+{
+	uint64_t pid, ns = 0;
+	const char *end;
+
+	if (strncmp(name, "act.", 4) != 0 ||
+	    gm_scan_uint(name + 4, 10, INT32_MAX, &pid, &end) || pid == 0)
+		return 0;
+	if (*end == '.' && (gm_scan_uint(end + 1, 10, UINT64_MAX, &ns, &end) ||
+			    ns == 0))
+		return 0;
+	if (*end != '\0')
+		return 0;
+	if (ns && ns != gm__pidns())
+		return 1;
+	return kill((pid_t)pid, 0) != 0 && errno == ESRCH;
 }
 
 /* Remove the act.* files of `user` (our user's folder) whose writer is
  * gone. Taking the lock before the unlink is what keeps a new process of
  * a reused PID safe: it locks the file it opened, then checks that the
  * name still is that file, and opens anew when not. */
-static void sweep(int user)
+static void sweep(int user, const char *own)
 {
 	DIR *dir = gm__listdir(user);
 	struct dirent *de;
@@ -43,22 +80,18 @@ static void sweep(int user)
 	if (!dir)
 		return;
 	while ((de = readdir(dir)) != NULL) {
-		uint64_t pid;
-		const char *end;
 		int fd;
 
-		if (strncmp(de->d_name, "act.", 4) != 0 ||
-		    gm_scan_uint(de->d_name + 4, 10, INT32_MAX, &pid, &end) ||
-		    *end != '\0' || (pid_t)pid == getpid() || !gone((pid_t)pid))
+		if (strcmp(de->d_name, own) == 0 || !maybe_gone(de->d_name))
 			continue;
-		fd = openat(user, de->d_name,
-			    O_WRONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+		fd = gm__track(openat(user, de->d_name, O_WRONLY | O_NOFOLLOW |
+				      O_NONBLOCK | O_CLOEXEC));
 		if (fd < 0)
 			continue;
 		if (gm__lock(fd, F_OFD_SETLK, F_WRLCK, 0) == 0 &&
 		    gm__still_linked(user, de->d_name, fd))
 			unlinkat(user, de->d_name, 0);
-		close(fd);
+		gm__close(fd);
 	}
 	closedir(dir);
 }
@@ -66,7 +99,7 @@ static void sweep(int user)
 int gm_activity_open(const char *lock_dir, int *fd, char *err, size_t errlen)
 {
 	struct gm__dir d;
-	char name[32];
+	char name[64];
 	int rc;
 
 	*fd = -1;
@@ -75,13 +108,15 @@ int gm_activity_open(const char *lock_dir, int *fd, char *err, size_t errlen)
 		return rc;
 	rc = gm__user_dir_find(&d, err, errlen);
 	if (rc == 0) {
-		snprintf(name, sizeof name, "act.%d", (int)getpid());
-		sweep(d.user);
+		own_name(name, sizeof name);
+		sweep(d.user, name);
 		/* A sweeper that found a file of this PID's dead predecessor
-		 * holds its lock only to unlink it: open anew, a few times. */
+		 * holds its lock only to unlink it: open anew, a few times,
+		 * waiting 1, 2, 4, ... ms (a sweeper preempted there). */
 		for (int tries = 0; tries < 8 && *fd < 0 && rc == 0; tries++) {
-			int f = openat(d.user, name, O_WRONLY | O_CREAT |
-				       O_NOFOLLOW | O_CLOEXEC, 0644);
+			struct timespec ts = { 0, 1000000L << tries };
+			int f = gm__track(openat(d.user, name, O_WRONLY | O_CREAT |
+						 O_NOFOLLOW | O_CLOEXEC, 0644));
 			if (f < 0) {
 				rc = gm__fail(-errno, err, errlen,
 					      "cannot write job/%s/%s",
@@ -89,10 +124,18 @@ int gm_activity_open(const char *lock_dir, int *fd, char *err, size_t errlen)
 				break;
 			}
 			if (gm__lock(f, F_OFD_SETLK, F_WRLCK, 0) == 0 &&
-			    gm__still_linked(d.user, name, f))
-				*fd = f;
-			else
-				close(f);
+			    gm__still_linked(d.user, name, f)) {
+				/* Ours now: a dead predecessor's line (this
+				 * PID's) must not speak for us. An empty file
+				 * says nothing to readers. */
+				if (ftruncate(f, 0) == 0) {
+					gm__untrack(f);
+					*fd = f;
+					break;
+				}
+			}
+			gm__close(f);
+			nanosleep(&ts, NULL);
 		}
 		if (*fd < 0 && rc == 0)
 			rc = gm__fail(-EAGAIN, err, errlen,
@@ -165,10 +208,12 @@ static int parse(const char *text, struct gm_activity *a)
 		(void)gm_parse_uint(v, 10, UINT64_MAX, &a->mem);
 	if (!field(text, "why", a->why, sizeof a->why))
 		snprintf(a->why, sizeof a->why, "-");
-	if (field(text, "devs", v, sizeof v)) {
-		char e[8];
-		if (strcmp(v, "-") == 0 ||
-		    gm_parse_devices("devs", v, a->devices, &a->ndevices, e,
+	{
+		/* every index of a full machine fits; one cut off is no list */
+		char dv[GM_MAX_DEVICES * 4 + 1], e[8];
+		if (!field(text, "devs", dv, sizeof dv) ||
+		    strlen(dv) == sizeof dv - 1 || strcmp(dv, "-") == 0 ||
+		    gm_parse_devices("devs", dv, a->devices, &a->ndevices, e,
 				     sizeof e))
 			a->ndevices = 0;
 	}
@@ -180,9 +225,11 @@ uint64_t gm__job_suspended(int user, const char *job)
 	DIR *dir = gm__listdir(user);
 	struct dirent *de;
 	uint64_t mask = 0;
+	char own[64];
 
 	if (!dir)
 		return 0;
+	own_name(own, sizeof own);
 	while ((de = readdir(dir)) != NULL) {
 		char buf[GM_ACT_LINE + 1];
 		struct gm_activity act;
@@ -190,7 +237,8 @@ uint64_t gm__job_suspended(int user, const char *job)
 		ssize_t r;
 		int fd;
 
-		if (strncmp(de->d_name, "act.", 4) != 0)
+		if (strncmp(de->d_name, "act.", 4) != 0 ||
+		    strcmp(de->d_name, own) == 0)
 			continue;
 		fd = gm__track(openat(user, de->d_name, O_RDONLY | O_NOFOLLOW |
 				      O_NONBLOCK | O_CLOEXEC));
@@ -202,7 +250,7 @@ uint64_t gm__job_suspended(int user, const char *job)
 			buf[r] = '\0';
 			/* Its writer's lock says it lives (a dead one's file
 			 * says "suspended" for ever). */
-			if (parse(buf, &act) == 0 && act.pid != getpid() &&
+			if (parse(buf, &act) == 0 &&
 			    strcmp(act.state, "suspended") == 0 &&
 			    strcmp(act.job, job) == 0 &&
 			    gm__probe(fd, F_WRLCK, 0) == F_WRLCK)

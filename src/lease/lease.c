@@ -59,6 +59,7 @@ void gm__notify_wait(struct acq *a, int ahead, int head, int job_busy)
 	info.ahead = ahead;
 	info.head = head;
 	info.job_busy = job_busy;
+	info.narrowed = a->cfg == &a->narrow ? a->mask : 0;
 	a->hooks->on_wait(a->hooks->arg, &info);
 }
 
@@ -83,8 +84,10 @@ int gm__timed_out(struct acq *a)
  * of the job must be on those GPUs, or they could never join it. So when
  * they are exactly as many as the claim wants, and among its candidates,
  * the claim's candidates are narrowed to them (it waits for them if
- * another job holds them now). Other settings (another GPU count) cannot
- * share a lease with them anyway, as for members that are not suspended.
+ * another job holds them now). Otherwise (they hold fewer GPUs than the
+ * claim wants, or GPUs outside its candidates) the claim is left as it
+ * is: the lease it gets may be one they cannot join, and their next call
+ * then fails as any process's whose settings do not fit its job's lease.
  */
 static void narrow_to_suspended(struct acq *a)
 {

@@ -269,6 +269,9 @@ struct gm_wait_info {
 	                      * exact when 1, else an upper bound */
 	int head;            /* 1: nobody conflicting is ahead; waiting for devices */
 	int job_busy;        /* 1: another process of our job is claiming */
+	uint64_t narrowed;   /* the candidates (a bit set) when narrowed to
+	                      * the GPUs of the job's suspended members
+	                      * (gm_lease_acquire), else 0 */
 };
 
 struct gm_acquire_hooks {

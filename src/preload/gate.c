@@ -472,6 +472,7 @@ static int resume(const char *call)
 	if (gmp_susp_restore()) {
 		gm_lease_release(&gate_lease);
 		gate_own = 0;
+		gmp_susp_failed();
 		return GMP_CUDA_ERROR_NO_DEVICE;
 	}
 	return 0;
@@ -485,6 +486,8 @@ int gmp_gate_holds(void)
 
 int gmp_gate_suspend(long seen, const char **why)
 {
+	/* static: the helper thread's stack is small, and only it suspends */
+	static struct gm_lease gone;
 	int rc = -1;
 
 	/* GPU time: CUPTI's records handed over while the driver still
@@ -504,18 +507,21 @@ int gmp_gate_suspend(long seen, const char **why)
 			 * process of the job then claims our GPUs, where we
 			 * can join it (lease.c, narrow_to_suspended). The
 			 * lease ends when its last member lets go. */
-			gmp_susp_done(&gate_lease);
+			gmp_susp_done();
 			gm_lease_release(&gate_lease);
 			gate_own = 0;
 			state_set(ST_SUSP);
+			gone = gate_lease; /* for the record, after the lock */
 		} else {
 			state_set(ST_HELD);
 		}
 		gate_in = 0;
 	}
 	pthread_mutex_unlock(&gate_lock);
-	if (rc == 0)
+	if (rc == 0) {
+		gmp_susp_record(&gone);
 		gmp_gt_end("suspend", 0);
+	}
 	return rc;
 }
 

@@ -241,13 +241,24 @@ static void record(const char *event, const struct gm_lease *l,
 	pthread_mutex_unlock(&pub_mu);
 }
 
-void gmp_susp_done(const struct gm_lease *l)
+void gmp_susp_done(void)
 {
 	sp_susp_real = real_ns();
 	__atomic_store_n(&sp_susp_mono, gmp_mono_ms(), __ATOMIC_RELEASE);
 	sp_why = "-";
 	publish("suspended", sp_idle_ms);
+}
+
+void gmp_susp_record(const struct gm_lease *l)
+{
 	record("suspend", l, "ckpt", sp_ckpt_ms, "idle", sp_idle_ms);
+}
+
+void gmp_susp_failed(void)
+{
+	__atomic_store_n(&sp_susp_mono, 0, __ATOMIC_RELEASE);
+	sp_susp_real = 0;
+	publish("failed", 0);
 }
 
 void gmp_susp_resumed(const struct gm_lease *l, int64_t waited_ms)

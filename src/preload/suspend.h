@@ -48,10 +48,17 @@ int gmp_susp_restore(void);
  * (-1 when it is not suspended). */
 int64_t gmp_susp_suspended_ms(void);
 
-/* The lease was let go after a checkpoint / taken again after a resume:
- * publish the state, write the event log's record. */
-void gmp_susp_done(const struct gm_lease *l);
+/* Checkpointed, the lease about to be let go: publish "suspended" (a new
+ * process of the job then claims our GPUs: lease.c, narrow_to_suspended).
+ * Then, once it is let go (off the hand-off's path), the event log's
+ * record. */
+void gmp_susp_done(void);
+void gmp_susp_record(const struct gm_lease *l);
+/* Taken again after a resume: publish the state, write the record. */
 void gmp_susp_resumed(const struct gm_lease *l, int64_t waited_ms);
+/* The restore failed (the process is shut): no longer "suspended" (its
+ * GPUs are no longer its job's to keep). */
+void gmp_susp_failed(void);
 
 /* Fork: the child has no helper thread and is not suspended. */
 void gmp_susp_atfork_child(void);

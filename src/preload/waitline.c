@@ -86,6 +86,7 @@ static struct {
 	char err[GM_ERR_MAX], cmd[128], dur[32], job[GM_JOB_SHORT + 1];
 	char hold[256], tail[128];
 	struct gm_state st;
+	struct gm_config cfg;  /* cfg narrowed (gm_wait_info.narrowed) */
 } wb;
 
 /* "; GPU 0 held by job J (pid P, 'cmd', 2m13s) and 2 more" in wb.hold,
@@ -138,6 +139,16 @@ void gmp_on_wait(void *arg, const struct gm_wait_info *w)
 
 	if (cfg->quiet)
 		return;
+	if (w->narrowed) {
+		/* It waits for those only: say those. */
+		int n = 0;
+		wb.cfg = *cfg;
+		for (int i = 0; i < cfg->ndevices; i++)
+			if (w->narrowed & (UINT64_C(1) << cfg->devices[i]))
+				wb.cfg.devices[n++] = cfg->devices[i];
+		wb.cfg.ndevices = n;
+		cfg = &wb.cfg;
+	}
 	list_format(wb.list, sizeof wb.list, cfg->devices, cfg->ndevices);
 	append(line, len, &off, "pid %d waits for %d GPU%s of %s (", (int)getpid(),
 	       cfg->want, cfg->want == 1 ? "" : "s", wb.list);
@@ -151,6 +162,9 @@ void gmp_on_wait(void *arg, const struct gm_wait_info *w)
 		/* A bound: counting exactly would cost a look at every ticket,
 		 * and this line must cost the same however long the queue. */
 		append(line, len, &off, "up to %d ahead)", w->ahead);
+	if (w->narrowed)
+		append(line, len, &off, "; its job's suspended processes resume on %s",
+		       cfg->ndevices == 1 ? "it" : "them");
 	if (ctx->suspended_ms >= 0) {
 		/* A resume: the detail (memory, why) is in `gpumutex status`. */
 		duration_format(wb.dur, sizeof wb.dur,
