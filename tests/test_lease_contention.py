@@ -298,3 +298,52 @@ def test_give_up_at_each_stage_leaves_nothing(built, lockdir, journal):
     h.release()
     assert h.wait() == 0
     J.check_exclusive(J.parse(journal))
+
+
+def test_contended_counts_only_waiters_left_in_line(built, lockdir, journal):
+    """gm_lease_contended (idle suspension and gpu-offload give a lease
+    back when it says yes) plays the queue: H holds GPU 0 of 0,1. X (GPUs
+    0,1, stopped right after taking its ticket) is about to be granted the
+    free GPU 1: no. Y (GPU 0 only) waits behind H: yes. Z (both GPUs)
+    waits too: yes, alone (Y let go), since GPU 1 cannot serve it."""
+    from leaseadv import HOLDER_SAN
+    ask_r, to_h = os.pipe()
+    from_h, ask_w = os.pipe()
+    h = jobs.start(HOLDER, jobs.job_env(lockdir, journal, devices="0,1",
+                                        job="h"),
+                   ["--ask-fd", str(ask_r), str(ask_w)], ready=True,
+                   hold=True, pass_fds=(ask_r, ask_w))
+    os.close(ask_r)
+    os.close(ask_w)
+    assert h.ready()
+
+    def contended():
+        os.write(to_h, b"?")
+        return os.read(from_h, 1)
+
+    def stopped(devices, want, job):
+        env = jobs.job_env(lockdir, journal, devices=devices, want=want,
+                           job=job)
+        env["GM_STOP_AT"] = "ticketed"
+        j = jobs.start(HOLDER_SAN, env)
+        _, st = os.waitpid(j.pid, os.WUNTRACED)
+        assert os.WIFSTOPPED(st), st
+        return j
+
+    assert contended() == b"0"          # nobody
+    x = stopped("0,1", 1, "x")
+    assert contended() == b"0"          # X takes GPU 1
+    y = stopped("0", 1, "y")
+    assert contended() == b"1"          # Y waits for GPU 0
+    y.proc.kill()
+    y.proc.wait()
+    z = stopped("0,1", 2, "z")
+    assert contended() == b"1"          # Z wants both
+    for j in (x, z):
+        os.kill(j.pid, signal.SIGCONT)
+    assert x.wait() == 0                # X got GPU 1 (and ends)
+    os.close(to_h)
+    os.close(from_h)
+    h.release()
+    assert h.wait() == 0 and z.wait() == 0
+    J.check_exclusive(J.parse(journal))

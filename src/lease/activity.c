@@ -220,49 +220,6 @@ static int parse(const char *text, struct gm_activity *a)
 	return 0;
 }
 
-uint64_t gm__job_suspended(int user, const char *job)
-{
-	DIR *dir = gm__listdir(user);
-	struct dirent *de;
-	uint64_t mask = 0;
-	char own[64];
-
-	if (!dir)
-		return 0;
-	own_name(own, sizeof own);
-	while ((de = readdir(dir)) != NULL) {
-		char buf[GM_ACT_LINE + 1];
-		struct gm_activity act;
-		struct stat sb;
-		ssize_t r;
-		int fd;
-
-		if (strncmp(de->d_name, "act.", 4) != 0 ||
-		    strcmp(de->d_name, own) == 0)
-			continue;
-		fd = gm__track(openat(user, de->d_name, O_RDONLY | O_NOFOLLOW |
-				      O_NONBLOCK | O_CLOEXEC));
-		if (fd < 0)
-			continue;
-		r = gm__fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode) ?
-		    pread(fd, buf, GM_ACT_LINE, 0) : -1;
-		if (r > 0) {
-			buf[r] = '\0';
-			/* Its writer's lock says it lives (a dead one's file
-			 * says "suspended" for ever). */
-			if (parse(buf, &act) == 0 &&
-			    strcmp(act.state, "suspended") == 0 &&
-			    strcmp(act.job, job) == 0 &&
-			    gm__probe(fd, F_WRLCK, 0) == F_WRLCK)
-				for (int i = 0; i < act.ndevices; i++)
-					mask |= UINT64_C(1) << act.devices[i];
-		}
-		gm__close(fd);
-	}
-	closedir(dir);
-	return mask;
-}
-
 /* The act.* files of one user's directory (owned by that user). */
 static int read_dir(int dirfd, uid_t owner, struct gm_activity **out, int *n,
 		    int *cap)

@@ -186,6 +186,7 @@ int gm__claim(struct acq *a, struct gm_lease *out)
 		return gm__timed_out(a);
 	if (rc)
 		return rc;
+	GM_CRASHPOINT("ticketed");
 	for (;;) {
 		int pred = gm__ticket_ahead(&a->d, &a->tk, a->mask, &ahead,
 					    a->err, a->errlen);

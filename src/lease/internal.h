@@ -26,6 +26,10 @@
 /* Byte 0 of a device file is the device itself; lease L's members also
  * hold byte GM_LEASE_OFF + L, which names the lease (see docs/design.md). */
 #define GM_LEASE_OFF 1
+/* A job file's bytes GM_SUSP_OFF + d: read-locked by the job's members
+ * suspended on device d (gm_lease_suspended_mark), for as long as they
+ * are. */
+#define GM_SUSP_OFF 16
 /* Lease ids are random, from 1 to GM_LEASE_MAX (so 1+L fits in off_t). */
 #define GM_LEASE_MAX ((UINT64_C(1) << 61) - 1)
 /* Records are read whole up to this size; members are appended only
@@ -105,11 +109,6 @@ int gm__open(int dirfd, const char *what, const char *name, int flags,
 /* List directory `dirfd` through a descriptor of its own (NULL on error). */
 DIR *gm__listdir(int dirfd);
 
-/* activity.c: the devices (a bit set) of job `job`'s members that are
- * suspended now (their activity files in user folder `user` say
- * "suspended", and their writers live: they hold the files' locks), this
- * process left out. 0 when none. */
-uint64_t gm__job_suspended(int user, const char *job);
 
 /* The in-flight registry (lockdir.c): gm__track(fd) records a descriptor
  * an acquire opened (and returns fd, so it can wrap the open);
@@ -132,6 +131,8 @@ void gm__unlock_all(int fd);
 /* Who holds byte `start` in a way that conflicts with `type` from some
  * other open file description? Returns F_UNLCK, F_RDLCK, F_WRLCK or -errno. */
 int gm__probe(int fd, short type, int64_t start);
+/* The same over `len` bytes from `start`: the first conflicting lock's type. */
+int gm__probe_range(int fd, short type, int64_t start, int64_t len);
 
 /* fstat/fstatat through the system call (see lockdir.c for why). */
 int gm__fstat(int fd, struct stat *st);
@@ -287,7 +288,9 @@ void gm__cleanup_jobs(const struct gm__dir *d, const char *keep);
 /*
  * Crash injection for the tests: in a build with GM_TEST_CRASHPOINTS (the
  * sanitizer test build only, never the shipped library), a process whose
- * GM_CRASH_AT names the point kills itself there with SIGKILL.
+ * GM_CRASH_AT names the point kills itself there with SIGKILL, and one
+ * whose GM_STOP_AT names it stops itself there (SIGSTOP) for the test to
+ * look at it.
  */
 #ifdef GM_TEST_CRASHPOINTS
 void gm__crashpoint(const char *name);

@@ -23,6 +23,47 @@
  * job holds it (it is claiming, or checking the lease), sleep until its
  * holder closes the FIFO, then try again.
  */
+int gm_lease_suspended_mark(const char *lock_dir, const char *job,
+			    const struct gm_lease *l, int *fd, char *err,
+			    size_t errlen)
+{
+	char what[GM_JOB_MAX + 160];
+	struct gm__dir d;
+	int rc, f;
+
+	*fd = -1;
+	rc = gm_job_check("GPUMUTEX_JOB", job, err, errlen);
+	if (rc == 0)
+		rc = gm__dir_open(lock_dir, 0, &d, err, errlen);
+	if (rc)
+		return rc;
+	rc = gm__user_dir_find(&d, err, errlen);
+	if (rc == 0) {
+		snprintf(what, sizeof what, "job file job/%s/%s", d.user_name,
+			 job);
+		f = gm__open(d.user, what, job, O_RDONLY, 1, 0, err, errlen);
+		rc = f < 0 ? f : 0;
+		for (int i = 0; rc == 0 && i < l->ndevices; i++)
+			rc = gm__lock(f, F_OFD_SETLK, F_RDLCK,
+				      GM_SUSP_OFF + l->devices[i]);
+		/* The lease is held, so no cleaner removes the file (it
+		 * removes dead jobs only); checked all the same. */
+		if (rc == 0 && !gm__still_linked(d.user, job, f))
+			rc = -ESTALE;
+		if (rc == 0) {
+			gm__untrack(f);
+			*fd = f;
+		} else {
+			if (f >= 0)
+				gm__close(f);
+			rc = gm__fail(rc, err, errlen, "cannot mark %s: %s",
+				      what, strerror(-rc));
+		}
+	}
+	gm__dir_close(&d);
+	return rc;
+}
+
 int gm__job_lock(struct acq *a)
 {
 	char what[GM_JOB_MAX + 160];

@@ -91,9 +91,15 @@ int gm__timed_out(struct acq *a)
  */
 static void narrow_to_suspended(struct acq *a)
 {
-	uint64_t s = gm__job_suspended(a->d.user, a->cfg->job);
+	uint64_t s = 0;
 	int n = 0;
 
+	/* Their marks on the job file (gm_lease_suspended_mark), which we
+	 * hold locked: one probe per candidate, whatever the queue. */
+	for (int i = 0; i < a->cfg->ndevices; i++)
+		if (gm__probe(a->jobfd, F_WRLCK,
+			      GM_SUSP_OFF + a->cfg->devices[i]) == F_RDLCK)
+			s |= UINT64_C(1) << a->cfg->devices[i];
 	if (!s || (s & a->mask) != s ||
 	    __builtin_popcountll(s) != a->cfg->want || s == a->mask)
 		return;

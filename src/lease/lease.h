@@ -540,6 +540,21 @@ struct gm_activity {
 };
 
 /*
+ * This process, a member of job `job`'s lease *l, is about to let the
+ * lease go while suspended (docs/suspend.md): mark the job's file with
+ * read locks on bytes GM_SUSP_OFF + d, one per device d of the lease,
+ * held through *fd (read-only, close-on-exec: it keeps no FIFO writer
+ * open) until the caller closes it, at its resume. A new claim of the
+ * job then takes those devices (gm_lease_acquire), so that the member can
+ * join its lease, and no cleanup removes the job file meanwhile. Call
+ * while the lease is still held (its job file then exists). 0, or -errno
+ * with a message (*fd = -1): no mark.
+ */
+int gm_lease_suspended_mark(const char *lock_dir, const char *job,
+			    const struct gm_lease *l, int *fd, char *err,
+			    size_t errlen);
+
+/*
  * Open (creating it) this process's activity file, job/<user>/act.<pid> in
  * `lock_dir`: *fd, close-on-exec, OFD-write-locked (byte 0) while open,
  * stays open so that each later publication opens nothing. First removes
@@ -583,7 +598,9 @@ int gm_event_append_job(const char *lock_dir, const char *event,
  *
  * gm_lease_contended: is a live claim of another job (or another user)
  * waiting for any of `lease`'s devices, i.e. would giving the lease back
- * let a waiter in? `job` is the holder's own job (its own processes never
+ * let a waiter in? A claim that free devices serve now (the queue played
+ * in order), younger than a second, is about to be granted them and does
+ * not count. `job` is the holder's own job (its own processes never
  * queue behind it: they join). Reads like gm_state_read (no lock, so it
  * never delays anyone; its cost grows with the number of jobs and waiters
  * in the directory). Returns 1 or 0, or -errno with a message.

@@ -104,6 +104,16 @@ void gm__unlock_all(int fd)
 		;
 }
 
+int gm__probe_range(int fd, short type, int64_t start, int64_t len)
+{
+	struct flock fl = one_byte(type, start);
+
+	fl.l_len = len;
+	if (fcntl(fd, F_OFD_GETLK, &fl) < 0)
+		return -errno;
+	return fl.l_type;
+}
+
 int gm__probe(int fd, short type, int64_t start)
 {
 	struct flock fl = one_byte(type, start);
@@ -191,8 +201,12 @@ int gm__wait(struct pollfd *fds, int n, int64_t deadline_ns, int recheck_ms)
 void gm__crashpoint(const char *name)
 {
 	const char *at = getenv("GM_CRASH_AT");
+	const char *stop = getenv("GM_STOP_AT");
 	if (at && strcmp(at, name) == 0)
 		kill(getpid(), SIGKILL);
+	/* A process the test looks at while it stands here (SIGCONT). */
+	if (stop && strcmp(stop, name) == 0)
+		kill(getpid(), SIGSTOP);
 }
 #endif
 

@@ -121,6 +121,10 @@ static void cleanup_one(const struct gm__dir *d, const char *name)
 	if (gm__lock(fd, F_OFD_SETLK, F_WRLCK, 0) < 0 ||
 	    !gm__still_linked(d->user, name, fd))
 		goto out;
+	/* Members suspended (their marks on this file): the job lives on,
+	 * and its next claim must find their marks (lease.c). */
+	if (gm__probe_range(fd, F_WRLCK, GM_SUSP_OFF, GM_MAX_DEVICES) != F_UNLCK)
+		goto out;
 	snprintf(rec, sizeof rec, "%s.lease", name);
 	snprintf(tmp, sizeof tmp, "%s.lease.tmp", name);
 	/* Remove only what is known dead: no record, or a record whose

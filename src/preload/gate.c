@@ -502,8 +502,8 @@ int gmp_gate_suspend(long seen, const char **why)
 		gate_in = 1;
 		rc = gmp_susp_checkpoint(seen, why);
 		if (rc == 0) {
-			/* Checkpointed: nothing of ours is on the GPUs. Said
-			 * (the activity file) before the lease goes: a new
+			/* Checkpointed: nothing of ours is on the GPUs. The
+			 * job file marked before the lease goes: a new
 			 * process of the job then claims our GPUs, where we
 			 * can join it (lease.c, narrow_to_suspended). The
 			 * lease ends when its last member lets go. */

@@ -45,6 +45,19 @@ static pthread_mutex_t sp_mu = PTHREAD_MUTEX_INITIALIZER;
 static struct gm_lease sp_lease;
 static char sp_dir[4096];
 static char sp_job[GM_JOB_MAX + 1];
+/* While suspended: the job file's marks (gm_lease_suspended_mark), under
+ * the gate's lock. */
+static int sp_mark = -1;
+
+static void mark_drop(void)
+{
+	if (sp_mark >= 0) {
+		int saved = errno;
+		close(sp_mark);
+		sp_mark = -1;
+		errno = saved;
+	}
+}
 static int sp_state;      /* thread: 0 none, 1 starting, 2 running, 3 cannot */
 static unsigned sp_seq;   /* bumped by every arm */
 /* Published state (thread only, except sp_susp_* written under the gate's
@@ -243,6 +256,15 @@ static void record(const char *event, const struct gm_lease *l,
 
 void gmp_susp_done(void)
 {
+	static char err[GM_ERR_MAX]; /* the helper thread's stack is small */
+	int saved = errno;
+
+	/* A new process of the job then claims our GPUs. Without the mark
+	 * (an error: said nowhere, the suspension goes on) it may take
+	 * others, and our resume then fails as a misfit joiner's would. */
+	(void)gm_lease_suspended_mark(sp_dir, sp_job, &sp_lease, &sp_mark,
+				      err, sizeof err);
+	errno = saved;
 	sp_susp_real = real_ns();
 	__atomic_store_n(&sp_susp_mono, gmp_mono_ms(), __ATOMIC_RELEASE);
 	sp_why = "-";
@@ -256,6 +278,7 @@ void gmp_susp_record(const struct gm_lease *l)
 
 void gmp_susp_failed(void)
 {
+	mark_drop();
 	__atomic_store_n(&sp_susp_mono, 0, __ATOMIC_RELEASE);
 	sp_susp_real = 0;
 	publish("failed", 0);
@@ -267,6 +290,7 @@ void gmp_susp_resumed(const struct gm_lease *l, int64_t waited_ms)
 
 	__atomic_store_n(&sp_susp_mono, 0, __ATOMIC_RELEASE);
 	sp_susp_real = 0;
+	mark_drop();
 	publish("active", 0);
 	record("resume", l, "suspended", susp, "waited", waited_ms);
 	sp_mem = 0;
@@ -515,6 +539,8 @@ void gmp_susp_atfork_child(void)
 		pub_fd = -1;
 		errno = saved;
 	}
+	/* The parent's marks are its own (the child is not suspended). */
+	mark_drop();
 	sp_state = 0;
 	sp_susp_mono = 0;
 	sp_susp_real = 0;

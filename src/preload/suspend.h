@@ -48,10 +48,10 @@ int gmp_susp_restore(void);
  * (-1 when it is not suspended). */
 int64_t gmp_susp_suspended_ms(void);
 
-/* Checkpointed, the lease about to be let go: publish "suspended" (a new
- * process of the job then claims our GPUs: lease.c, narrow_to_suspended).
- * Then, once it is let go (off the hand-off's path), the event log's
- * record. */
+/* Checkpointed, the lease about to be let go: mark the job file (a new
+ * process of the job then claims our GPUs: gm_lease_suspended_mark) and
+ * publish "suspended". Then, once it is let go (off the hand-off's path),
+ * the event log's record. */
 void gmp_susp_done(void);
 void gmp_susp_record(const struct gm_lease *l);
 /* Taken again after a resume: publish the state, write the record. */

@@ -26,6 +26,9 @@
  *                     test decides when we let go, without sleeps)
  *   --ready-fd N      write one byte to fd N once the lease is held
  *   --waiting-fd N    write one byte to fd N when it starts waiting
+ *   --ask-fd R W      after begin, for each byte read from fd R, write
+ *                     '1' or '0' to fd W: whether gm_lease_contended says
+ *                     a waiter wants the lease ('e' on error); until EOF
  *   --spawn PROG...   after begin, fork+exec PROG with every descriptor
  *                     above 2 closed (as Python's subprocess does), wait
  *                     for it, and exit with its status
@@ -160,6 +163,7 @@ int main(int argc, char **argv)
 	const char *jpath = getenv("GM_JOURNAL");
 	long ticks = 0, tick_us = 200;
 	int wait_fd = -1, ready_fd = -1, fork_join = 0, orphan_fd = -1, rc, i;
+	int ask_r = -1, ask_w = -1;
 	char **spawn = NULL;
 	struct gm_lease lease;
 
@@ -176,7 +180,10 @@ int main(int argc, char **argv)
 			ready_fd = atoi(argv[++i]);
 		else if (!strcmp(argv[i], "--waiting-fd") && i + 1 < argc)
 			waiting_fd = atoi(argv[++i]);
-		else if (!strcmp(argv[i], "--fork-join"))
+		else if (!strcmp(argv[i], "--ask-fd") && i + 2 < argc) {
+			ask_r = atoi(argv[++i]);
+			ask_w = atoi(argv[++i]);
+		} else if (!strcmp(argv[i], "--fork-join"))
 			fork_join = 1;
 		else if (!strcmp(argv[i], "--orphan") && i + 1 < argc)
 			orphan_fd = atoi(argv[++i]);
@@ -199,6 +206,16 @@ int main(int argc, char **argv)
 		if (write(ready_fd, "r", 1) != 1)
 			perror("lease-holder: ready");
 		close(ready_fd);
+	}
+	for (char c; ask_r >= 0 && read(ask_r, &c, 1) == 1;) {
+		struct gm_config cfg;
+		char err[GM_ERR_MAX];
+		int got = gm_config_from_env(&cfg, err, sizeof err) ? -1 :
+			  gm_lease_contended(cfg.lock_dir, &lease, job, err,
+					     sizeof err);
+		c = got < 0 ? 'e' : got ? '1' : '0';
+		if (write(ask_w, &c, 1) != 1)
+			break;
 	}
 	srand((unsigned)getpid() ^ (unsigned)now_ns());
 	for (long t = 0; t < ticks; t++) {
