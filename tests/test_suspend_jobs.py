@@ -149,6 +149,62 @@ def test_new_member_takes_the_suspended_members_gpus(env):
             and x["ev"] in ("ckpt", "restore")][:2] == ["ckpt", "restore"]
 
 
+def test_joiner_of_a_bigger_lease_resumes_on_all_its_gpus(env):
+    """M wants 1 GPU of 0,1 but joins its job's lease of both (A's): the
+    driver shows it both from then on. Suspended, its lease gone (A
+    exited), it must resume on both: while X holds GPU 0 it waits (X is
+    suspended in turn), never takes GPU 1 alone and restores onto GPU 0
+    beside X."""
+    e = dict(env, GPUMUTEX_IDLE_SUSPEND_MS="1")
+    a = Notebook(e, "j", ndev=2)
+    a.collect()
+    m = Notebook(e, "j", ndev=1)
+    m.collect()                         # joined A's lease
+    a.send("quit\n")
+    assert a.p.wait(timeout=TIMEOUT) == 0
+    x = Notebook(e, "x", devices="0")
+    x.collect()                         # M suspended, the lease gone
+    m.go()
+    m.collect()                         # after X was suspended
+    x.go()
+    x.collect()
+    for n in (m, x):
+        n.send("quit\n")
+        assert n.p.wait(timeout=TIMEOUT) == 0, n.p.stderr.read()
+    ev = journal.parse(e["FAKECUDA_JOURNAL"])
+    journal.check_exclusive(ev)
+    kinds = [x_["ev"] for x_ in ev if x_["pid"] == str(x.p.pid)
+             and x_["ev"] in ("ckpt", "restore")]
+    assert kinds[:1] == ["ckpt"], kinds
+
+
+def test_a_claim_that_gives_up_keeps_the_marks(env):
+    """M of job j is suspended on GPU 0, which X holds now. P of job j,
+    with GPUMUTEX_TIMEOUT=0, is narrowed to GPU 0 and gives up at once;
+    it must leave the job file M marked in place: Q of job j still takes
+    GPU 0 (X is suspended for it), where M can join it."""
+    import json
+    e = dict(env, GPUMUTEX_IDLE_SUSPEND_MS="1")
+    m = Notebook(e, "j")
+    m.collect()
+    x = Notebook(e, "x", devices="0")
+    x.collect()                         # M suspended
+    p = Notebook(dict(e, GPUMUTEX_TIMEOUT="0"), "j")
+    assert p.p.wait(timeout=TIMEOUT) != 0
+    assert "GPUMUTEX_TIMEOUT=0" in p.p.stderr.read().decode()
+    q = Notebook(e, "j")
+    q.collect()                         # X suspended for it
+    doc = json.loads(gm(e, "status", "--json"))
+    assert [(x_["job"], x_["devices"]) for x_ in doc["leases"]] == \
+        [("j", [0])], doc
+    for n in (m, q, x):
+        n.go()
+        n.collect()
+        n.send("quit\n")
+        assert n.p.wait(timeout=TIMEOUT) == 0, n.p.stderr.read()
+    journal.check_exclusive(journal.parse(e["FAKECUDA_JOURNAL"]))
+
+
 def test_failed_restore_is_no_longer_suspended(env):
     """A's restore fails (the fake driver refuses it): that call fails
     (fail closed), and A, alive, no longer counts as a suspended member:

@@ -18,7 +18,8 @@
 
 /* A live claim whose job holds a live lease was granted it (a job's other
  * processes join instead of claiming while it lives): its ticket goes in
- * a moment. */
+ * a moment. (Only while young, as below: a record is believed here by
+ * its fields, which an old version's flat layout lets others write.) */
 static int granted(const struct gm_state *st, const struct gm_state_waiter *w)
 {
 	for (int i = 0; i < st->nleases; i++)
@@ -55,7 +56,7 @@ int gm_lease_contended(const char *lock_dir, const struct gm_lease *lease,
 		uint64_t cand = 0, take;
 		int n = 0;
 
-		if (granted(&st, w))
+		if (granted(&st, w) && st.now_ns - w->since_ns < GM_CONTEND_YOUNG_NS)
 			continue;
 		for (int j = 0; j < w->ndevices; j++)
 			if (w->devices[j] >= 0 && w->devices[j] < GM_MAX_DEVICES)

@@ -43,9 +43,13 @@ int gm_lease_suspended_mark(const char *lock_dir, const char *job,
 			 job);
 		f = gm__open(d.user, what, job, O_RDONLY, 1, 0, err, errlen);
 		rc = f < 0 ? f : 0;
+		/* The devices it may use (a joiner of a bigger lease: its
+		 * part), which it resumes on. */
 		for (int i = 0; rc == 0 && i < l->ndevices; i++)
-			rc = gm__lock(f, F_OFD_SETLK, F_RDLCK,
-				      GM_SUSP_OFF + l->devices[i]);
+			if (!l->usable ||
+			    (l->usable & (UINT64_C(1) << l->devices[i])))
+				rc = gm__lock(f, F_OFD_SETLK, F_RDLCK,
+					      GM_SUSP_OFF + l->devices[i]);
 		/* The lease is held, so no cleaner removes the file (it
 		 * removes dead jobs only); checked all the same. */
 		if (rc == 0 && !gm__still_linked(d.user, job, f))

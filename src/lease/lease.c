@@ -222,7 +222,8 @@ out:
 		unlinkat(a->d.user, tmp, 0);
 	}
 	if (rc && a->jobfd >= 0 && dead) {
-		/* Giving up leaves nothing behind. We hold the job lock and
+		/* Giving up leaves nothing behind (but a job file that
+		 * suspended members mark, below). We hold the job lock and
 		 * found no live lease, so none can exist: the job's files
 		 * describe nothing (same-job waiters start over, as after a
 		 * cleanup). After an error before that was known, nothing is
@@ -232,7 +233,11 @@ out:
 		unlinkat(a->d.user, name, 0);
 		snprintf(name, sizeof name, "%s.lease.tmp", a->jobname);
 		unlinkat(a->d.user, name, 0);
-		unlinkat(a->d.user, a->jobname, 0);
+		/* Not the job file its suspended members mark: the job's next
+		 * claim must find their marks there. */
+		if (gm__probe_range(a->jobfd, F_WRLCK, GM_SUSP_OFF,
+				    GM_MAX_DEVICES) == F_UNLCK)
+			unlinkat(a->d.user, a->jobname, 0);
 	}
 	if (a->jobfd >= 0) {
 		gm__unlock_all(a->jobfd);

@@ -304,7 +304,8 @@ struct gm_acquire_hooks {
  * are among cfg->devices): the process is not a member and must not use
  * any GPU; -ETIMEDOUT after cfg->timeout_s; -EINVAL, -EACCES, -ELOOP,
  * -ENOTDIR, -EPERM, -ENOSPC or another errno when the lock directory is
- * unusable (the message says why). On any error nothing is left behind:
+ * unusable (the message says why). On any error nothing is left behind
+ * (but the job file while suspended members mark it):
  * no descriptor, no lock, no ticket.
  */
 int gm_lease_acquire(const struct gm_config *cfg,
@@ -542,7 +543,8 @@ struct gm_activity {
 /*
  * This process, a member of job `job`'s lease *l, is about to let the
  * lease go while suspended (docs/suspend.md): mark the job's file with
- * read locks on bytes GM_SUSP_OFF + d, one per device d of the lease,
+ * read locks on bytes GM_SUSP_OFF + d, one per device d of the lease it
+ * may use (l->usable),
  * held through *fd (read-only, close-on-exec: it keeps no FIFO writer
  * open) until the caller closes it, at its resume. A new claim of the
  * job then takes those devices (gm_lease_acquire), so that the member can

@@ -143,13 +143,14 @@ int gpo_olease_take(int64_t now_ns, char *err, size_t errlen)
 				use[n++] = gpo__ol.lease.devices[i];
 		gm_format_list(gpo__ol.devs, sizeof gpo__ol.devs, use, n);
 		/* The driver reads these once, at cuInit: a later lease must
-		 * be of the same GPUs (below), so that index 0 stays ours. */
+		 * be of all the same GPUs (below), so that every index the
+		 * driver shows stays ours (a joiner of a bigger lease wanted
+		 * fewer: a later lease of that many could miss index 0). */
 		setenv("CUDA_VISIBLE_DEVICES", gpo__ol.devs, 1);
 		setenv("CUDA_DEVICE_ORDER", "PCI_BUS_ID", 1);
 		memcpy(gpo__ol.cfg.devices, use, sizeof(int) * (size_t)n);
 		gpo__ol.cfg.ndevices = n;
-		if (gpo__ol.cfg.want > n)
-			gpo__ol.cfg.want = n;
+		gpo__ol.cfg.want = n;
 	}
 	return GPO_OL_HELD;
 }

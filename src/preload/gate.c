@@ -335,7 +335,10 @@ static int gate_run(int *py, int *next)
 			return rc;
 		/* What this process may use: all of a lease it was granted,
 		 * the part among its own candidates of one it joined. A later
-		 * lease (after giving this one back) is for these GPUs. */
+		 * lease (after giving this one back, or a resume) is for all
+		 * of these GPUs: the driver sees them all from now on, so a
+		 * lease of fewer (a joiner of a bigger lease wanted fewer)
+		 * would leave it a GPU another job may hold. */
 		for (int i = 0; i < gate_lease.ndevices; i++)
 			if (gate_lease.usable &
 			    (UINT64_C(1) << gate_lease.devices[i]))
@@ -343,6 +346,7 @@ static int gate_run(int *py, int *next)
 		gm_format_list(env_cvd, sizeof env_cvd, use, n);
 		memcpy(cfg->devices, use, sizeof use);
 		cfg->ndevices = n;
+		cfg->want = n;
 		*next = ST_HELD;
 		gmp_wrap_giveback_arm(gate_give_back_ms);
 		gmp_susp_arm(cfg, &gate_lease);

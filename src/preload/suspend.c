@@ -23,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <linux/futex.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -30,6 +31,7 @@
 #include "activity.h"
 #include "gate.h"
 #include "gputime.h"
+#include "internal.h" /* gm__fstat: see src/lease/lockdir.c */
 #include "lease.h"
 #include "resolve.h"
 #include "suspend.h"
@@ -45,18 +47,61 @@ static pthread_mutex_t sp_mu = PTHREAD_MUTEX_INITIALIZER;
 static struct gm_lease sp_lease;
 static char sp_dir[4096];
 static char sp_job[GM_JOB_MAX + 1];
+/*
+ * A descriptor of ours kept open in the program, with the file it was: the
+ * program may close it (a daemon's closefrom) and reuse the number for a
+ * file of its own, which we must then neither write nor close. Checked
+ * before each use (one fstat), as the lease's own (gate.c, lease_intact).
+ */
+struct ownfd {
+	int fd;
+	unsigned long long dev, ino;
+};
+
+static void own_set(struct ownfd *o, int fd)
+{
+	struct stat st;
+
+	o->fd = fd;
+	if (fd >= 0 && gm__fstat(fd, &st) == 0) {
+		o->dev = st.st_dev;
+		o->ino = st.st_ino;
+	} else if (fd >= 0) {
+		close(fd);
+		o->fd = -1;
+	}
+}
+
+/* Still ours? When not, forgotten (not closed: it is the program's). */
+static int own_ok(struct ownfd *o)
+{
+	struct stat st;
+	int saved = errno;
+
+	if (o->fd >= 0 && (gm__fstat(o->fd, &st) != 0 || st.st_dev != o->dev ||
+			   st.st_ino != o->ino))
+		o->fd = -1;
+	errno = saved;
+	return o->fd >= 0;
+}
+
+static void own_close(struct ownfd *o)
+{
+	int saved = errno;
+
+	if (own_ok(o))
+		close(o->fd);
+	o->fd = -1;
+	errno = saved;
+}
+
 /* While suspended: the job file's marks (gm_lease_suspended_mark), under
  * the gate's lock. */
-static int sp_mark = -1;
+static struct ownfd sp_mark = { -1, 0, 0 };
 
 static void mark_drop(void)
 {
-	if (sp_mark >= 0) {
-		int saved = errno;
-		close(sp_mark);
-		sp_mark = -1;
-		errno = saved;
-	}
+	own_close(&sp_mark);
 }
 static int sp_state;      /* thread: 0 none, 1 starting, 2 running, 3 cannot */
 static unsigned sp_seq;   /* bumped by every arm */
@@ -201,7 +246,7 @@ static pthread_mutex_t pub_mu = PTHREAD_MUTEX_INITIALIZER;
 /* This process's activity file, opened once when the first lease is armed
  * (under pub_mu): a publication then opens nothing, so the thread never
  * holds a descriptor the program could see come and go. */
-static int pub_fd = -1;
+static struct ownfd pub = { -1, 0, 0 };
 /* publish's buffers: static (a resume may run on a thread with a 16 KiB
  * stack), under pub_mu. */
 static struct {
@@ -222,7 +267,7 @@ static void publish(const char *state, int64_t idle_ms)
 	gm_format_list(devs, sizeof pb.devs, sp_lease.devices,
 		       sp_lease.ndevices);
 	pthread_mutex_unlock(&sp_mu);
-	if (!dir[0] || pub_fd < 0) {
+	if (!dir[0] || !own_ok(&pub)) {
 		pthread_mutex_unlock(&pub_mu);
 		return;
 	}
@@ -233,7 +278,7 @@ static void publish(const char *state, int64_t idle_ms)
 		 (int)getpid(), (unsigned long long)id, sp_job, state,
 		 (long long)since, (long long)sp_susp_real,
 		 (unsigned long long)sp_mem, sp_why, devs[0] ? devs : "-");
-	(void)gm_activity_write(pub_fd, line);
+	(void)gm_activity_write(pub.fd, line);
 	pthread_mutex_unlock(&pub_mu);
 }
 
@@ -262,8 +307,12 @@ void gmp_susp_done(void)
 	/* A new process of the job then claims our GPUs. Without the mark
 	 * (an error: said nowhere, the suspension goes on) it may take
 	 * others, and our resume then fails as a misfit joiner's would. */
-	(void)gm_lease_suspended_mark(sp_dir, sp_job, &sp_lease, &sp_mark,
-				      err, sizeof err);
+	{
+		int fd;
+		if (gm_lease_suspended_mark(sp_dir, sp_job, &sp_lease, &fd, err,
+					    sizeof err) == 0)
+			own_set(&sp_mark, fd);
+	}
 	errno = saved;
 	sp_susp_real = real_ns();
 	__atomic_store_n(&sp_susp_mono, gmp_mono_ms(), __ATOMIC_RELEASE);
@@ -506,10 +555,11 @@ void gmp_susp_arm(const struct gm_config *cfg, const struct gm_lease *l)
 	snprintf(sp_job, sizeof sp_job, "%s", cfg->job);
 	pthread_mutex_unlock(&sp_mu);
 	pthread_mutex_lock(&pub_mu);
-	if (pub_fd < 0) {
-		int saved = errno;
-		(void)gm_activity_open(cfg->lock_dir, &pub_fd, pb.err,
-				       sizeof pb.err);
+	if (!own_ok(&pub)) {
+		int saved = errno, fd;
+		if (gm_activity_open(cfg->lock_dir, &fd, pb.err,
+				     sizeof pb.err) == 0)
+			own_set(&pub, fd);
 		errno = saved;
 	}
 	pthread_mutex_unlock(&pub_mu);
@@ -533,12 +583,7 @@ void gmp_susp_atfork_child(void)
 	memcpy(&pub_mu, &fresh, sizeof fresh);
 	/* The parent's activity file: the child publishes its own once it
 	 * holds a lease. */
-	if (pub_fd >= 0) {
-		int saved = errno;
-		close(pub_fd);
-		pub_fd = -1;
-		errno = saved;
-	}
+	own_close(&pub);
 	/* The parent's marks are its own (the child is not suspended). */
 	mark_drop();
 	sp_state = 0;
