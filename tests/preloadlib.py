@@ -134,3 +134,13 @@ class Holder:
 
 def grun(args, env, **kw):
     return run([RUN] + [str(a) for a in args], env, preload=False, **kw)
+
+
+def cli(e, *args):
+    """`gpumutex ARGS --lock-dir` the environment's lock directory: its
+    stdout (it must succeed)."""
+    r = subprocess.run([str(B / "gpumutex"), *args, "--lock-dir",
+                        e["GPUMUTEX_LOCK_DIR"]], capture_output=True,
+                       text=True, timeout=TIMEOUT)
+    assert r.returncode == 0, r.stderr
+    return r.stdout

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from preloadlib import B, LIB, T, TIMEOUT, make, built, env  # noqa: F401
+from preloadlib import B, LIB, T, TIMEOUT, cli, make, built, env  # noqa: F401
 
 FAKECUPTI = B / "tests" / "fakecupti"
 S = 1_000_000_000  # ns
@@ -66,13 +66,6 @@ def calls(e):
 def lines(stderr):
     return [x for x in stderr.splitlines() if x.startswith("gpumutex:")]
 
-
-def cli(e, *args):
-    r = subprocess.run([str(B / "gpumutex"), *args, "--lock-dir",
-                        e["GPUMUTEX_LOCK_DIR"]], capture_output=True,
-                       text=True, timeout=TIMEOUT)
-    assert r.returncode == 0, r.stderr
-    return r.stdout
 
 
 def rec(kind, dev, start, end):

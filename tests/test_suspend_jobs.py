@@ -35,7 +35,7 @@ import pytest
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "lib"))
 import jobs  # noqa: E402
 import journal  # noqa: E402
-from preloadlib import B, LIB, TIMEOUT, built, env  # noqa: E402,F401
+from preloadlib import B, LIB, TIMEOUT, built, cli as gm, env  # noqa: E402,F401
 
 HOLDER = os.path.join(os.path.dirname(__file__), "preload", "idleholder.py")
 
@@ -104,14 +104,6 @@ class Notebook:
         self.p.send_signal(signal.SIGKILL)
         self.p.wait(timeout=TIMEOUT)
         self.killed = True
-
-
-def gm(e, *args):
-    r = subprocess.run([str(B / "gpumutex"), *args, "--lock-dir",
-                        e["GPUMUTEX_LOCK_DIR"]], capture_output=True,
-                       text=True, timeout=TIMEOUT)
-    assert r.returncode == 0, r.stderr
-    return r.stdout
 
 
 def test_new_member_takes_the_suspended_members_gpus(env):
