@@ -19,6 +19,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -33,6 +34,35 @@
  * one byte per pid (pid_max is at most 2^22). */
 #define GM_EXIT_OFF ((int64_t)1 << 62)
 #define GM_EXIT_PIDS ((int64_t)1 << 22)
+
+/*
+ * The mark's descriptor moved as high as the process's limit allows: the
+ * kernel closes a dying process's files in ascending order, so a mark on
+ * a low number (one the program freed, reused here) would be gone before
+ * the driver's files, which hold the memory, are closed, and the next
+ * holder would find no mark while the memory is still taken. Its own
+ * descriptor when no high one is free.
+ */
+static int high_fd(int fd)
+{
+	struct rlimit rl;
+	long floor = 64;
+	int hi;
+
+	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY &&
+	    rl.rlim_cur > 128)
+		floor = (long)rl.rlim_cur - 64;
+	else if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur == RLIM_INFINITY)
+		floor = 65536;
+	if (fd >= floor)
+		return fd;
+	hi = fcntl(fd, F_DUPFD_CLOEXEC, (int)floor);
+	if (hi < 0)
+		return fd;
+	/* the same open file description: the lock stays */
+	gm__close(fd);
+	return gm__track(hi);
+}
 
 int gm_lease_exit_mark(const char *lock_dir, const struct gm_lease *l,
 		       int *fds, char *err, size_t errlen)
@@ -65,7 +95,7 @@ int gm_lease_exit_mark(const char *lock_dir, const struct gm_lease *l,
 				 l->devices[i], strerror(-rc));
 			break;
 		}
-		fds[n++] = fd;
+		fds[n++] = high_fd(fd);
 	}
 	gm__dir_close(&d);
 	if (rc)
