@@ -107,15 +107,18 @@ def test_changed_resident_matrix_gives_the_cpu_result(tmp_path, case):
     assert runs, "the matrix never became resident"
 
 
-# The model at the default level: copies at 1 GB/s, the GPU's gemv 1000x
-# the CPU's, no start-up cost. A 300 x 200 dgemv (1.2e5 flops, 0.12 ms on
-# the CPU) with its 480 kB matrix copied in would take 0.5 ms on the GPU;
-# with the matrix resident, x and y (4 kB) in and y out, about 0.03 ms.
+# The model at the default level: copies at 10 GB/s with 1 us each, the
+# GPU's gemv 1000x the CPU's, no start-up cost. A 300 x 200 dgemv (1.2e5
+# flops) with its 480 kB matrix copied in would take 50 us on the GPU; with
+# the matrix resident, x and y (4 kB) in and y out, about 2.5 us, which no
+# CPU reaches (the model learns the CPU's real speed from its calls: a
+# resident call priced near the CPU's, as an earlier profile's 25 us was,
+# made the decision depend on the machine's speed).
 GEMV_PROFILE = """gpu-offload-profile 1
 source synthetic
 startup 0
-h2d 1e-5 1e9
-d2h 1e-5 1e9
+h2d 1e-6 1e10
+d2h 1e-6 1e10
 cpu dgemv 1e3:1e9 1e12:1e9
 gpu dgemv 1e3:1e12 1e12:1e12
 """
