@@ -1,8 +1,9 @@
 /*
  * activity.c - what each member process of a lease publishes about its GPU
  * activity (the preload library's idle-suspension thread writes it, `gpumutex
- * status` reads it): one small file per process, job/<user>/act.<pid>, one
- * line "gm1act key=value ...", replaced in place on each change.
+ * status` reads it): one small file per process, job/<user>/act.<pid>.<PID
+ * namespace> (own_name), one line "gm1act key=value ...", replaced in place
+ * on each change.
  *
  * Its writer holds an OFD write lock on byte 0 of it for as long as it
  * lives (the kernel drops it at death, SIGKILL too). A process opening its
@@ -43,8 +44,8 @@ static void own_name(char *buf, size_t len)
 }
 
 /*
- * Whether the writer of activity file `name` (open as `fd`) may be gone,
- * before its lock is tried: a file of our PID namespace (or of an older
+ * Whether the writer of activity file `name` may be gone, before its lock
+ * is tried: a file of our PID namespace (or of an older
  * version, whose name has none) whose PID names no process here (a live
  * one of another user is alive); a file of another namespace, whose PID
  * means nothing here, is left to its lock alone (every writer that names

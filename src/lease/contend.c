@@ -53,17 +53,18 @@ int gm_lease_contended(const char *lock_dir, const struct gm_lease *lease,
 	 * stay in line. Only those count, and only for our devices. */
 	for (int i = 0; i < st.nwaiters && !found; i++) {
 		const struct gm_state_waiter *w = &st.waiters[i];
+		int young = st.now_ns - w->since_ns < GM_CONTEND_YOUNG_NS;
 		uint64_t cand = 0, take;
 		int n = 0;
 
-		if (granted(&st, w) && st.now_ns - w->since_ns < GM_CONTEND_YOUNG_NS)
+		if (young && granted(&st, w))
 			continue;
 		for (int j = 0; j < w->ndevices; j++)
 			if (w->devices[j] >= 0 && w->devices[j] < GM_MAX_DEVICES)
 				cand |= UINT64_C(1) << w->devices[j];
 		take = cand & free_;
-		if (!(cand & behind) && __builtin_popcountll(take) >= w->want &&
-		    st.now_ns - w->since_ns < GM_CONTEND_YOUNG_NS) {
+		if (young && !(cand & behind) &&
+		    __builtin_popcountll(take) >= w->want) {
 			/* served now, by the lowest free ones (as it tries
 			 * its candidates in order: near enough) */
 			for (int d = 0; d < GM_MAX_DEVICES && n < w->want; d++)

@@ -49,11 +49,12 @@ static int high_fd(int fd)
 	long floor = 64;
 	int hi;
 
-	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY &&
-	    rl.rlim_cur > 128)
-		floor = (long)rl.rlim_cur - 64;
-	else if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur == RLIM_INFINITY)
-		floor = 65536;
+	if (getrlimit(RLIMIT_NOFILE, &rl) == 0) {
+		if (rl.rlim_cur == RLIM_INFINITY)
+			floor = 65536;
+		else if (rl.rlim_cur > 128)
+			floor = (long)rl.rlim_cur - 64;
+	}
 	if (fd >= floor)
 		return fd;
 	hi = fcntl(fd, F_DUPFD_CLOEXEC, (int)floor);

@@ -109,7 +109,6 @@ int gm__open(int dirfd, const char *what, const char *name, int flags,
 /* List directory `dirfd` through a descriptor of its own (NULL on error). */
 DIR *gm__listdir(int dirfd);
 
-
 /* The in-flight registry (lockdir.c): gm__track(fd) records a descriptor
  * an acquire opened (and returns fd, so it can wrap the open);
  * gm__close(fd) forgets and closes it; gm__untrack forgets only. */

@@ -82,11 +82,11 @@ int gm__timed_out(struct acq *a)
  * Members of the job that are suspended (docs/suspend.md) hold no lease,
  * but resume on their own GPUs and then join the job's lease: a new lease
  * of the job must be on those GPUs, or they could never join it. So when
- * they are exactly as many as the claim wants, and among its candidates,
- * the claim's candidates are narrowed to them (it waits for them if
- * another job holds them now). Otherwise (they hold fewer GPUs than the
- * claim wants, or GPUs outside its candidates) the claim is left as it
- * is: the lease it gets may be one they cannot join, and their next call
+ * exactly as many of the claim's candidates are theirs as it wants, the
+ * claim's candidates are narrowed to them (it waits for them if
+ * another job holds them now). Otherwise (fewer or more of its candidates
+ * are theirs than it wants: other settings than theirs) the claim is left
+ * as it is: the lease it gets may be one they cannot join, and their next call
  * then fails as any process's whose settings do not fit its job's lease.
  */
 static void narrow_to_suspended(struct acq *a)
@@ -100,8 +100,8 @@ static void narrow_to_suspended(struct acq *a)
 		if (gm__probe(a->jobfd, F_WRLCK,
 			      GM_SUSP_OFF + a->cfg->devices[i]) == F_RDLCK)
 			s |= UINT64_C(1) << a->cfg->devices[i];
-	if (!s || (s & a->mask) != s ||
-	    __builtin_popcountll(s) != a->cfg->want || s == a->mask)
+	/* (s is among the candidates: only theirs were probed) */
+	if (!s || __builtin_popcountll(s) != a->cfg->want || s == a->mask)
 		return;
 	a->narrow = *a->cfg;
 	for (int i = 0; i < a->cfg->ndevices; i++)

@@ -290,9 +290,10 @@ struct gm_acquire_hooks {
  * process. Joins at once when the job's lease is alive; otherwise takes a
  * ticket, waits first come first served behind every older waiter whose
  * candidate devices intersect ours, then for cfg->want free devices, all
- * at once. When members of the job are suspended (their activity files,
- * gm_activity_open) on exactly cfg->want of the candidates, only those
- * are candidates: they can join the new lease when they resume. Blocks in
+ * at once. When members of the job are suspended (their marks on the job
+ * file, gm_lease_suspended_mark) on exactly cfg->want of the candidates,
+ * only those are candidates: they can join the new lease when they
+ * resume. Blocks in
  * the kernel (poll on FIFO doorbells) and uses no CPU while waiting.
  * On success fills `out` and returns 0: the lease lives as long as the
  * descriptors in out->fds stay open in this process or in forked
@@ -544,9 +545,8 @@ struct gm_activity {
  * This process, a member of job `job`'s lease *l, is about to let the
  * lease go while suspended (docs/suspend.md): mark the job's file with
  * read locks on bytes GM_SUSP_OFF + d, one per device d of the lease it
- * may use (l->usable),
- * held through *fd (read-only, close-on-exec: it keeps no FIFO writer
- * open) until the caller closes it, at its resume. A new claim of the
+ * may use (l->usable), held through *fd (read-only, close-on-exec: it
+ * keeps no FIFO writer open) until the caller closes it, at its resume. A new claim of the
  * job then takes those devices (gm_lease_acquire), so that the member can
  * join its lease, and no cleanup removes the job file meanwhile. Call
  * while the lease is still held (its job file then exists). 0, or -errno
@@ -557,8 +557,8 @@ int gm_lease_suspended_mark(const char *lock_dir, const char *job,
 			    size_t errlen);
 
 /*
- * Open (creating it) this process's activity file, job/<user>/act.<pid> in
- * `lock_dir`: *fd, close-on-exec, OFD-write-locked (byte 0) while open,
+ * Open (creating it) this process's activity file,
+ * job/<user>/act.<pid>.<PID namespace> in `lock_dir`: *fd, close-on-exec, OFD-write-locked (byte 0) while open,
  * stays open so that each later publication opens nothing. First removes
  * the user's act.* files whose process is gone (no such PID, the file
  * unlocked). 0 or -errno with a message (*fd = -1). For the preload

@@ -116,11 +116,7 @@ int gm__probe_range(int fd, short type, int64_t start, int64_t len)
 
 int gm__probe(int fd, short type, int64_t start)
 {
-	struct flock fl = one_byte(type, start);
-
-	if (fcntl(fd, F_OFD_GETLK, &fl) < 0)
-		return -errno;
-	return fl.l_type;
+	return gm__probe_range(fd, type, start, 1);
 }
 
 /* fstat, fstatat and lstat became real glibc functions (GLIBC_2.33) only
