@@ -76,7 +76,7 @@ $(B)/prog/offload/profile.o $(B)/prog/offload/model.o: PROG_INC = -Isrc/lease -I
 $(B)/prog/offload/cli/cli_check.o: PROG_INC = -Isrc/lease -Isrc/offload -Isrc/offload/cli -I$(B)/offload/gen
 $(B)/prog/offload/cli/cli_check.o: $(B)/offload/gen/.stamp
 # calib-workload.c reads the residency minimum (resid.h, which includes the
-# backend ABI).
+# backend ABI) as the library does (gm_parse_uint, liblease.a).
 $(B)/prog/offload/cli/calib-workload.o: PROG_INC = -Isrc/lease -Isrc/offload -Isrc/offload/cli -I$(B)/offload/gen
 $(B)/prog/offload/cli/calib-workload.o: $(B)/offload/gen/.stamp
 $(B)/gpu-offload: $(GPO_CLI_OBJ) $(B)/liblease.a $(PROG_COMPAT) tools/gate.sh
@@ -84,7 +84,7 @@ $(B)/gpu-offload: $(GPO_CLI_OBJ) $(B)/liblease.a $(PROG_COMPAT) tools/gate.sh
 
 # Finds the BLAS and LAPACK at run time (dlopen, RTLD_GLOBAL): the build
 # needs no BLAS, and calls go through a preloaded libgpuoffload.so.
-$(B)/gpu-offload-calib: $(GPO_CALIB_OBJ) $(PROG_COMPAT) tools/gate.sh
+$(B)/gpu-offload-calib: $(GPO_CALIB_OBJ) $(B)/liblease.a $(PROG_COMPAT) tools/gate.sh
 	$(PROG_LINK)
 
 # The canary rule on synthetic timings (test_calibrate.py).

@@ -74,6 +74,7 @@
 
 #include "calib-canary.h"
 #include "calib-work.h"
+#include "lease.h"          /* gm_parse_uint */
 #include "resid.h"          /* GPO_RES_MIN_DEFAULT */
 
 static const struct wop wops[] = {
@@ -311,18 +312,13 @@ static int gemv_measured(long n, char p)
 {
 	const char *off = getenv("GPU_OFFLOAD_RESIDENT");
 	const char *m = getenv("GPU_OFFLOAD_RESIDENT_MIN");
-	uint64_t min = GPO_RES_MIN_DEFAULT;
+	uint64_t min = GPO_RES_MIN_DEFAULT, v;
 
 	if (off && strcmp(off, "0") == 0)
 		return 0;
-	if (m && *m) {
-		uint64_t v = 0;
-		const char *s = m;
-		for (; *s >= '0' && *s <= '9' && v < UINT64_MAX / 20; s++)
-			v = v * 10 + (uint64_t)(*s - '0');
-		if (!*s)
-			min = v;
-	}
+	/* read as resid.c reads it */
+	if (m && *m && gm_parse_uint(m, 10, UINT64_MAX, &v) == 0)
+		min = v;
 	return (uint64_t)n * (uint64_t)n * esize(p) >= min;
 }
 
