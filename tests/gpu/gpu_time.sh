@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # tests/gpu/gpu_time.sh OUTDIR - exact GPU time per lease on a real GPU
-# (GPU 0; GPUMUTEX_GPU_TIME=1, docs/preload.md "GPU time").
+# (GPU 0; GPUMUTEX_GPU_TIME=1, docs/gputime.md).
 #
 #   t1-accuracy  a torch job whose every kernel and copy lies between two
 #                CUDA events (fp16 matmuls back to back, pinned copies):
